@@ -1,0 +1,57 @@
+"""Structured events: one record per state transition, with a reason.
+
+Cores return or emit `Event`s; drivers log them, keep a ring buffer for
+`watch`, and tests assert on them. Kinds are stable strings:
+
+  isr_shrink, isr_expand, isr_proposed, isr_rejected, hw_move, election,
+  became_leader, became_follower, fenced, unfenced, truncation,
+  produce_refused, produce_completed, broker_registered, offline, recovery
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    kind: str
+    time_ms: int
+    partition: str
+    before: Any = None
+    after: Any = None
+    reason: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "kind": self.kind,
+            "time_ms": self.time_ms,
+            "partition": self.partition,
+            "before": self.before,
+            "after": self.after,
+            "reason": self.reason,
+        }
+        if self.extra:
+            d.update(self.extra)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Event":
+        known = {"kind", "time_ms", "partition", "before", "after", "reason"}
+        return cls(
+            kind=d["kind"], time_ms=d["time_ms"], partition=d["partition"],
+            before=d.get("before"), after=d.get("after"), reason=d.get("reason", ""),
+            extra={k: v for k, v in d.items() if k not in known},
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, default=list)
+
+
+EventSink = Callable[[Event], None]
+
+
+def discard(_: Event) -> None:
+    """An EventSink that drops everything."""

@@ -1,0 +1,130 @@
+"""The wire contract: API keys (Kafka's numbers where Kafka has the API) and
+the request/response field specs every process validates against.
+
+Every request map carries the header fields `api`, `v`, `id`, `client`
+plus the body fields of its API at the top level. Every response carries
+`id` (echoed) and the body fields; a request that fails as a whole is
+answered with `{"id", "error", "message"}` (an `ErrorCode` number).
+Record batches travel as msgpack bin (opaque bytes, see minibroker.records).
+
+Conventions: -1 means "none/unknown" for ids, epochs and offsets; errors are
+`ErrorCode` ints; optional fields default as shown by `Opt`.
+"""
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from minibroker.protocol.schema import MapOf, Nullable, Opt
+
+
+class ApiKey(enum.IntEnum):
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    SASL_AUTHENTICATE = 36
+    ELECT_LEADERS = 43
+    ALTER_PARTITION = 56
+    DESCRIBE_CLUSTER = 60
+    BROKER_REGISTRATION = 62
+    BROKER_HEARTBEAT = 63
+    # minibroker's own APIs (no Kafka equivalent on the wire)
+    METADATA_FETCH = 1000      # brokers follow the controller's metadata log (KRaft: Fetch on __cluster_metadata)
+    REPLICA_STATUS = 1001      # per-replica LEO/HW/lag as this broker sees it (for describe/watch)
+    EVENTS = 1002              # long-poll of this process's structured events (for watch/tests)
+
+
+HEADER = {"api": int, "v": int, "id": int, "client": Opt(str, "")}
+
+# Timestamps in ListOffsets, as Kafka.
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+
+_produce_partition = {"partition": int, "records": bytes}
+_fetch_partition = {
+    "partition": int,
+    "fetch_offset": int,
+    "current_leader_epoch": Opt(int, -1),
+    "last_fetched_epoch": Opt(int, -1),
+    "log_start_offset": Opt(int, -1),
+    "partition_max_bytes": Opt(int, 1_048_576),
+}
+_isr_entry = {"broker_id": int, "broker_epoch": int}
+_listener = {"name": str, "host": str, "port": int}
+
+REQUESTS: dict[ApiKey, dict[str, Any]] = {
+    ApiKey.PRODUCE: {
+        "acks": int,
+        "timeout_ms": Opt(int, 30_000),
+        "topics": [{"topic": str, "partitions": [_produce_partition]}],
+    },
+    ApiKey.FETCH: {
+        "replica_id": Opt(int, -1),          # >= 0 only on an authenticated inter-broker connection
+        "broker_epoch": Opt(int, -1),        # KIP-903
+        "max_wait_ms": Opt(int, 500),
+        "min_bytes": Opt(int, 1),
+        "max_bytes": Opt(int, 52_428_800),
+        "rack_id": Opt(str, ""),             # client.rack (KIP-392); "" = none
+        "topics": [{"topic": str, "partitions": [_fetch_partition]}],
+    },
+    ApiKey.LIST_OFFSETS: {
+        "replica_id": Opt(int, -1),
+        "topics": [{"topic": str, "partitions": [{
+            "partition": int, "timestamp": int, "current_leader_epoch": Opt(int, -1)}]}],
+    },
+    ApiKey.METADATA: {"topics": Nullable([str])},
+    ApiKey.API_VERSIONS: {},
+    ApiKey.CREATE_TOPICS: {
+        "topics": [{
+            "topic": str,
+            "num_partitions": Opt(int, -1),
+            "replication_factor": Opt(int, -1),
+            "assignments": Opt([[int]], None),   # explicit replica lists, one per partition
+            "configs": Opt(MapOf(str, str), None),
+        }],
+        "timeout_ms": Opt(int, 30_000),
+        "validate_only": Opt(bool, False),
+    },
+    ApiKey.SASL_AUTHENTICATE: {"mechanism": str, "secret": str},
+    ApiKey.ELECT_LEADERS: {
+        "election_type": int,                    # 0 preferred, 1 unclean
+        "topics": Nullable([{"topic": str, "partitions": [int]}]),  # None = all partitions
+        "timeout_ms": Opt(int, 30_000),
+    },
+    ApiKey.ALTER_PARTITION: {
+        "broker_id": int,
+        "broker_epoch": int,
+        "topics": [{"topic": str, "partitions": [{
+            "partition": int,
+            "leader_epoch": int,
+            "partition_epoch": int,
+            "new_isr_with_epochs": [_isr_entry],
+            "leader_recovery_state": Opt(int, 0),   # 0 RECOVERED, 1 RECOVERING
+        }]}],
+    },
+    ApiKey.DESCRIBE_CLUSTER: {},
+    ApiKey.BROKER_REGISTRATION: {
+        "broker_id": int,
+        "incarnation_id": str,
+        "rack": Nullable(str),
+        "listeners": [_listener],
+        "previous_broker_epoch": Opt(int, -1),   # -1 after an unclean shutdown (KIP-966)
+    },
+    ApiKey.BROKER_HEARTBEAT: {
+        "broker_id": int,
+        "broker_epoch": int,
+        "current_metadata_offset": int,
+        "want_fence": Opt(bool, False),
+        "want_shut_down": Opt(bool, False),
+    },
+    ApiKey.METADATA_FETCH: {
+        "broker_id": Opt(int, -1),
+        "from_offset": int,          # next metadata record offset the follower wants
+        "max_wait_ms": Opt(int, 500),
+    },
+    ApiKey.REPLICA_STATUS: {"topics": Nullable([str])},
+    ApiKey.EVENTS: {"from_seq": int, "max_wait_ms": Opt(int, 0), "max_events": Opt(int, 1000)},
+}

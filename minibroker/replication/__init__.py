@@ -1,0 +1,16 @@
+"""Pure replication cores: the partition leader state machine and the
+follower's truncation arithmetic. No asyncio, sockets, files or clocks."""
+from minibroker.replication.follower import epoch_end_offset, truncation_offset
+from minibroker.replication.leader import (
+    Decision,
+    FollowerState,
+    PartitionLeader,
+    PendingIsrChange,
+)
+from minibroker.replication.profile import KAFKA, LESSON, Profile, profile_by_name
+
+__all__ = [
+    "Decision", "FollowerState", "PartitionLeader", "PendingIsrChange",
+    "Profile", "LESSON", "KAFKA", "profile_by_name",
+    "truncation_offset", "epoch_end_offset",
+]

@@ -408,12 +408,14 @@ class PartitionLeader:
             return self._finish(d)
         why = "; ".join(self._lag_reason(r, now_ms) for r in out)
         new_isr = tuple(r for r in self._isr if r not in out)
+        evidence = {"last_caught_up_ms": {r: self._followers[r].last_caught_up_ms for r in out},
+                    "lag_max_ms": self.lag_max_ms}
         if self.profile.commit_isr_immediately:
             self._commit_isr(d, new_isr, self._partition_epoch + 1, now_ms,
-                             f"not caught up: {why}")
+                             f"not caught up: {why}", **evidence)
         else:
             self._propose(d, "shrink", new_isr, tuple(out), now_ms,
-                          f"not caught up: {why}")
+                          f"not caught up: {why}", **evidence)
         return self._finish(d)
 
     def add_waiter(self, required_offset: int, token: object, now_ms: int = 0) -> Decision:
@@ -658,22 +660,24 @@ class PartitionLeader:
         why = f"{replica} caught up: LEO {f.leo} >= HW {self._hw}"
         if self.profile.expand_requires_epoch_start:
             why += f" and >= epoch start offset {self._epoch_start_offset}"
+        evidence = {"follower_leo": f.leo, "hw": self._hw,
+                    "epoch_start_offset": self._epoch_start_offset}
         if self.profile.commit_isr_immediately:
-            self._commit_isr(d, new_isr, self._partition_epoch + 1, now_ms, why)
+            self._commit_isr(d, new_isr, self._partition_epoch + 1, now_ms, why, **evidence)
         else:
-            self._propose(d, "expand", new_isr, (replica,), now_ms, why)
+            self._propose(d, "expand", new_isr, (replica,), now_ms, why, **evidence)
 
     def _propose(self, d: Decision, kind: str, new_isr: tuple[int, ...],
-                 who: tuple[int, ...], now_ms: int, reason: str) -> None:
+                 who: tuple[int, ...], now_ms: int, reason: str, **evidence: Any) -> None:
         self._pending = PendingIsrChange(kind, new_isr, who, now_ms, self._partition_epoch)
         # Expansions count at once; a shrink's maximal ISR is the old ISR.
         self._maximal = new_isr if kind == "expand" else self._isr
         d.isr_proposal = list(new_isr)
         self._emit(d, "isr_proposed", now_ms, list(self._isr), list(new_isr), reason,
-                   change=kind, replicas=list(who))
+                   change=kind, replicas=list(who), **evidence)
 
     def _commit_isr(self, d: Decision, new_isr: tuple[int, ...], partition_epoch: int,
-                    now_ms: int, reason: str) -> None:
+                    now_ms: int, reason: str, **evidence: Any) -> None:
         old = self._isr
         self._isr = new_isr
         self._maximal = new_isr
@@ -685,7 +689,7 @@ class PartitionLeader:
         kind = "isr_expand" if joined and not left else "isr_shrink" if left and not joined \
             else "isr_change"
         self._emit(d, kind, now_ms, list(old), list(new_isr), reason,
-                   joined=joined, left=left, partition_epoch=partition_epoch)
+                   joined=joined, left=left, partition_epoch=partition_epoch, **evidence)
         self._maybe_increment_hw(d, now_ms, "ISR " + ("expanded" if kind == "isr_expand"
                                                        else "shrank" if kind == "isr_shrink"
                                                        else "changed"))

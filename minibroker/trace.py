@@ -271,8 +271,9 @@ class Replayer:
             lead = self.leader
             size = len(lead.maximal_isr)
             cmp = ">=" if size >= lead.effective_min_isr else "<"
+            verdict = "ACKED" if e.after == ErrorCode.NONE.name else f"FAILED {e.after}"
             return (f"HW {lead.hw} reached {len(x['required_offsets'])} acks=all produce(s); "
-                    f"ISR size {size} {cmp} MIN_ISR {lead.effective_min_isr} -> {e.after}")
+                    f"ISR size {size} {cmp} MIN_ISR {lead.effective_min_isr}: {verdict}")
         return None
 
     def _print(self, line: str) -> None:

@@ -281,17 +281,18 @@ def test_ineligible_replica_does_not_join(profile: Profile) -> None:
 
 @BOTH
 def test_stale_incarnation_does_not_join(profile: Profile) -> None:
-    # Broker 3 restarted (metadata epoch 9) but its stored fetch epoch is 5.
-    lead = make(profile, isr=[1, 2])
+    # KIP-903: broker 3 fetched as incarnation 5, then restarted as 9.
+    lead = make(profile, isr=[1, 2], leo=10, hw=10)
+    lead.set_replica_eligibility(3, True, 5)
     fetch(lead, 3, 0, 1, broker_epoch=5)
+    assert lead.is_isr_eligible(3)
     lead.set_replica_eligibility(3, True, 9)
-    lead2 = make(profile, isr=[1, 2])
-    lead2.set_replica_eligibility(3, True, 9)
-    d = lead2.on_follower_fetch(3, 0, 1, broker_epoch=9)
-    commit(lead2, d, 1)
-    assert lead2.isr == (1, 2, 3)
-    # the stale fetch epoch recorded before the restart keeps 3 ineligible
-    assert lead.isr == (1, 2, 3) or not lead.is_isr_eligible(3)
+    assert not lead.is_isr_eligible(3)
+    assert "not ISR-eligible" in (lead.isr_join_blocker(3) or "")
+    d = lead.on_follower_fetch(3, 10, 2, broker_epoch=5)
+    assert d.error == ErrorCode.NOT_LEADER_OR_FOLLOWER and lead.maximal_isr == (1, 2)
+    fetch(lead, 3, 10, 3, broker_epoch=9)
+    assert lead.isr == (1, 2, 3)
 
 
 @BOTH

@@ -1,0 +1,417 @@
+"""The record batch: one fixed binary header plus the records as one msgpack blob.
+
+Owns the byte layout of a batch, its validation, and the leader's stamping
+of offsets and epochs. Must not know about partitions, files or sockets.
+
+Two sides use this module:
+
+* the **client** encodes records into a batch (`build_batch`) and decodes
+  batches it fetched (`iter_records`); it is the only side that looks inside
+  the msgpack payload;
+* the **broker** never decodes records. It checks framing and CRCs
+  (`validate_batches`), writes base offsets and leader epochs into the headers
+  (`stamp`), and walks headers (`scan_headers`) for follower appends, reads
+  and recovery. All broker paths do a constant amount of Python work per
+  *batch*, none per record.
+
+Header layout (big-endian, 61 bytes, the same field order and sizes as
+Kafka's v2 batch header)::
+
+    off  size  field               notes
+      0   i64  base_offset         outside the CRC: stamped by the leader
+      8   i32  batch_length        bytes after this field (size - 12)
+     12   i32  leader_epoch        outside the CRC: stamped by the leader
+     16   i8   magic               MAGIC (2)
+     17   u32  crc                 CRC32C of bytes [21, size)
+     21   i16  attributes          bit 3: timestamp type (1 = LogAppendTime);
+                                   other bits must be 0 (no compression)
+     23   i32  last_offset_delta   record_count - 1 for producer batches
+     27   i64  first_timestamp     ms; timestamps in records are deltas to it
+     35   i64  max_timestamp       ms
+     43   i64  producer_id         -1 when not idempotent
+     51   i16  producer_epoch      -1 when not idempotent
+     53   i32  base_sequence       -1 when not idempotent
+     57   i32  record_count
+     61        payload             msgpack array of records
+
+Because base_offset and leader_epoch sit before the CRC'd region, stamping
+them never recomputes a CRC (as in Kafka, where baseOffset and
+partitionLeaderEpoch are outside the CRC). The price, as in Kafka, is that
+corruption of those two fields is not caught by the CRC; the log's recovery
+checks offset contiguity and epoch monotonicity instead.
+
+Each record in the payload is a msgpack array
+``[offset_delta, timestamp_delta, key, value, headers]`` where key and value
+are bin or nil and headers is an array of ``[str, bin|nil]`` pairs.
+
+Errors are `KafkaError`s: CORRUPT_MESSAGE (bad framing, magic, attributes,
+CRC, or offsets inconsistent with the header), MESSAGE_TOO_LARGE (a batch
+above max.message.bytes), INVALID_REQUEST (an empty record set).
+"""
+from __future__ import annotations
+
+import struct
+import time
+from typing import Any, Iterable, Iterator, NamedTuple, Sequence
+
+import msgpack
+from crc32c import crc32c
+
+from minibroker.errors import ErrorCode, KafkaError
+
+MAGIC = 2
+HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = HEADER.size  # 61
+assert HEADER_SIZE == 61
+
+# Offsets of individual fields inside the header.
+BASE_OFFSET_POS = 0
+LENGTH_POS = 8
+EPOCH_POS = 12
+MAGIC_POS = 16
+CRC_POS = 17
+ATTRIBUTES_POS = 21
+LAST_OFFSET_DELTA_POS = 23
+FIRST_TIMESTAMP_POS = 27
+MAX_TIMESTAMP_POS = 35
+RECORD_COUNT_POS = 57
+CRC_START = ATTRIBUTES_POS
+LOG_OVERHEAD = 12  # base_offset + batch_length: what a reader needs to frame a batch
+MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+
+TIMESTAMP_TYPE_LOG_APPEND = 0x08
+KNOWN_ATTRIBUTES = TIMESTAMP_TYPE_LOG_APPEND
+NO_PARTITION_LEADER_EPOCH = -1
+NO_PRODUCER_ID = -1
+
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_FRAME = struct.Struct(">qii")  # base_offset, batch_length, leader_epoch
+_PREFIX = struct.Struct(">qiibIhi")  # up to and including last_offset_delta
+_PREFIX_SIZE = _PREFIX.size  # 27
+_MAX_TS = struct.Struct(">q")
+
+
+class BatchHeader(NamedTuple):
+    """Every field of one batch header, plus where the batch sits in its buffer."""
+    position: int
+    size: int
+    base_offset: int
+    leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    first_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+
+class BatchPosition(NamedTuple):
+    """What `scan_headers` yields: enough to frame, index and route a batch."""
+    position: int
+    base_offset: int
+    last_offset: int
+    leader_epoch: int
+    size: int
+
+
+class BatchesInfo(NamedTuple):
+    """Summary of a validated produce payload (one or more batches)."""
+    batch_count: int
+    record_count: int
+    offset_count: int  # sum of (last_offset_delta + 1): offsets the payload will take
+    first_timestamp: int
+    max_timestamp: int
+    size: int
+    batches: tuple[BatchHeader, ...]
+
+
+class Record(NamedTuple):
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+
+
+class RecordWithHeaders(NamedTuple):
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+def _corrupt(msg: str) -> KafkaError:
+    return KafkaError(ErrorCode.CORRUPT_MESSAGE, msg)
+
+
+# ---------------------------------------------------------------- client side
+
+def build_batch(
+    records: Iterable[Any],
+    *,
+    timestamp_ms: int | None = None,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+) -> bytes:
+    """Encode records into one batch (client side): base offset 0, epoch -1.
+
+    Each item of `records` is either a value (`bytes` or None), or a tuple
+    `(key, value)`, `(key, value, timestamp_ms)` or
+    `(key, value, timestamp_ms, headers)` where headers is a sequence of
+    `(str, bytes|None)` pairs. Records without a timestamp get `timestamp_ms`,
+    or the current wall-clock time when that is None.
+    """
+    default_ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+    rows: list[tuple[bytes | None, bytes | None, int, Sequence[Any]]] = []
+    for item in records:
+        if item is None or isinstance(item, (bytes, bytearray, memoryview)):
+            rows.append((None, None if item is None else bytes(item), default_ts, ()))
+            continue
+        n = len(item)
+        if n == 2:
+            rows.append((item[0], item[1], default_ts, ()))
+        elif n == 3:
+            rows.append((item[0], item[1], default_ts if item[2] is None else item[2], ()))
+        elif n == 4:
+            rows.append((item[0], item[1], default_ts if item[2] is None else item[2], item[3] or ()))
+        else:
+            raise ValueError(f"a record is a value or (key, value[, timestamp_ms[, headers]]), got {n} fields")
+    if not rows:
+        raise ValueError("a batch needs at least one record")
+    first_ts = rows[0][2]
+    max_ts = max(r[2] for r in rows)
+    payload = msgpack.packb(
+        [[i, ts - first_ts, k, v, [list(h) for h in hdrs]] for i, (k, v, ts, hdrs) in enumerate(rows)],
+        use_bin_type=True,
+    )
+    return encode_batch(payload, record_count=len(rows), first_timestamp=first_ts,
+                        max_timestamp=max_ts, producer_id=producer_id,
+                        producer_epoch=producer_epoch, base_sequence=base_sequence)
+
+
+def encode_batch(
+    payload: bytes,
+    *,
+    record_count: int,
+    first_timestamp: int,
+    max_timestamp: int,
+    base_offset: int = 0,
+    leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    attributes: int = 0,
+    last_offset_delta: int | None = None,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+) -> bytes:
+    """Frame an already-encoded payload with a header and its CRC."""
+    lod = record_count - 1 if last_offset_delta is None else last_offset_delta
+    size = HEADER_SIZE + len(payload)
+    buf = bytearray(size)
+    HEADER.pack_into(buf, 0, base_offset, size - LOG_OVERHEAD, leader_epoch, MAGIC, 0,
+                     attributes, lod, first_timestamp, max_timestamp, producer_id,
+                     producer_epoch, base_sequence, record_count)
+    buf[HEADER_SIZE:] = payload
+    struct.pack_into(">I", buf, CRC_POS, crc32c(memoryview(buf)[CRC_START:]))
+    return bytes(buf)
+
+
+def iter_records(buf: bytes | bytearray | memoryview, *, min_offset: int = 0,
+                 with_headers: bool = False) -> Iterator[Record] | Iterator[RecordWithHeaders]:
+    """Decode every record of one or more concatenated batches (client side).
+
+    Yields `Record(offset, timestamp, key, value)` (or `RecordWithHeaders`)
+    for records at or above `min_offset` (a fetch may return a batch that
+    starts before the fetch offset). Verifies each batch's CRC and that the
+    payload matches the header; raises KafkaError(CORRUPT_MESSAGE) otherwise.
+    """
+    mv = memoryview(buf)
+    for h in iter_batch_headers(mv, verify_crc=True):
+        if h.base_offset + h.last_offset_delta < min_offset:
+            continue
+        payload = mv[h.position + HEADER_SIZE: h.position + h.size]
+        try:
+            rows = msgpack.unpackb(payload, raw=False, use_list=True, strict_map_key=True)
+        except Exception as exc:  # msgpack raises several unrelated types
+            raise _corrupt(f"batch at offset {h.base_offset}: payload is not msgpack ({exc})") from None
+        if not isinstance(rows, list) or len(rows) != h.record_count:
+            raise _corrupt(f"batch at offset {h.base_offset}: header says {h.record_count} records, "
+                           f"payload holds {len(rows) if isinstance(rows, list) else 'no list'}")
+        ts_type_log_append = bool(h.attributes & TIMESTAMP_TYPE_LOG_APPEND)
+        for row in rows:
+            if not isinstance(row, list) or len(row) != 5:
+                raise _corrupt(f"batch at offset {h.base_offset}: malformed record {row!r:.60}")
+            delta, ts_delta, key, value, headers = row
+            if (not isinstance(delta, int) or not 0 <= delta <= h.last_offset_delta
+                    or not isinstance(ts_delta, int)
+                    or not (key is None or isinstance(key, bytes))
+                    or not (value is None or isinstance(value, bytes))
+                    or not isinstance(headers, list)):
+                raise _corrupt(f"batch at offset {h.base_offset}: malformed record {row!r:.60}")
+            offset = h.base_offset + delta
+            if offset < min_offset:
+                continue
+            ts = h.max_timestamp if ts_type_log_append else h.first_timestamp + ts_delta
+            if with_headers:
+                hdrs = []
+                for pair in headers:
+                    if (not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[0], str)
+                            or not (pair[1] is None or isinstance(pair[1], bytes))):
+                        raise _corrupt(f"batch at offset {h.base_offset}: malformed header {pair!r:.60}")
+                    hdrs.append((pair[0], pair[1]))
+                yield RecordWithHeaders(offset, ts, key, value, tuple(hdrs))
+            else:
+                yield Record(offset, ts, key, value)
+
+
+# ---------------------------------------------------------------- broker side
+
+def parse_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
+    """Unpack the header at `position` (no CRC check). Needs HEADER_SIZE bytes."""
+    if len(buf) - position < HEADER_SIZE:
+        raise _corrupt(f"batch at byte {position}: header needs {HEADER_SIZE} bytes, "
+                       f"{len(buf) - position} remain")
+    f = HEADER.unpack_from(buf, position)
+    return BatchHeader(position, f[1] + LOG_OVERHEAD, f[0], f[2], f[3], f[4], f[5], f[6],
+                       f[7], f[8], f[9], f[10], f[11], f[12])
+
+
+def check_header(h: BatchHeader) -> str | None:
+    """Structural problems of a parsed header, as a message, or None if sound."""
+    if h.size < HEADER_SIZE:
+        return f"batch length {h.size - LOG_OVERHEAD} is below the minimum {MIN_BATCH_LENGTH}"
+    if h.magic != MAGIC:
+        return f"magic {h.magic} is not {MAGIC}"
+    if h.attributes & ~KNOWN_ATTRIBUTES:
+        return f"attributes 0x{h.attributes & 0xffff:x} carry unsupported bits (compression is not supported)"
+    if h.last_offset_delta < 0:
+        return f"last offset delta {h.last_offset_delta} is negative"
+    if h.record_count < 0 or h.record_count > h.last_offset_delta + 1:
+        return f"record count {h.record_count} does not fit last offset delta {h.last_offset_delta}"
+    if h.base_offset < 0:
+        return f"base offset {h.base_offset} is negative"
+    return None
+
+
+def batch_crc_ok(buf: bytes | bytearray | memoryview, position: int, size: int) -> bool:
+    stored = struct.unpack_from(">I", buf, position + CRC_POS)[0]
+    mv = buf if isinstance(buf, memoryview) else memoryview(buf)
+    return crc32c(mv[position + CRC_START: position + size]) == stored
+
+
+def iter_batch_headers(buf: bytes | bytearray | memoryview, *, verify_crc: bool = False,
+                       start: int = 0) -> Iterator[BatchHeader]:
+    """Parse every header of concatenated batches; raise CORRUPT_MESSAGE on the
+    first framing, structure or (with verify_crc) CRC problem."""
+    pos = start
+    end = len(buf)
+    while pos < end:
+        h = parse_header(buf, pos)
+        problem = check_header(h)
+        if problem:
+            raise _corrupt(f"batch at byte {pos}: {problem}")
+        if pos + h.size > end:
+            raise _corrupt(f"batch at byte {pos} claims {h.size} bytes, only {end - pos} remain")
+        if verify_crc and not batch_crc_ok(buf, pos, h.size):
+            raise _corrupt(f"batch at byte {pos} (offset {h.base_offset}): CRC32C mismatch")
+        yield h
+        pos += h.size
+
+
+def validate_batches(buf: bytes | bytearray | memoryview, *,
+                     max_message_bytes: int | None = None) -> BatchesInfo:
+    """Check a produce payload (one or more concatenated client batches).
+
+    Checks framing, magic, attributes, that base offsets are 0 and record
+    counts match last offset deltas (Kafka's LogValidator rules for client
+    batches), sizes against `max_message_bytes`, and every CRC. Never decodes
+    records. Raises KafkaError: INVALID_REQUEST for an empty payload,
+    MESSAGE_TOO_LARGE for an oversize batch, CORRUPT_MESSAGE for the rest.
+    """
+    if len(buf) == 0:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "produce payload holds no record batch")
+    mv = memoryview(buf)
+    end = len(mv)
+    pos = 0
+    headers: list[BatchHeader] = []
+    records = offsets = 0
+    first_ts = max_ts = -1
+    while pos < end:
+        if end - pos < HEADER_SIZE:
+            raise _corrupt(f"batch at byte {pos}: header needs {HEADER_SIZE} bytes, {end - pos} remain")
+        h = parse_header(mv, pos)
+        problem = check_header(h)
+        if problem:
+            raise _corrupt(f"batch at byte {pos}: {problem}")
+        if max_message_bytes is not None and h.size > max_message_bytes:
+            raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
+                             f"batch at byte {pos} is {h.size} bytes, above max.message.bytes={max_message_bytes}")
+        if pos + h.size > end:
+            raise _corrupt(f"batch at byte {pos} claims {h.size} bytes, only {end - pos} remain")
+        if h.base_offset != 0:
+            raise _corrupt(f"batch at byte {pos}: a producer batch must have base offset 0, not {h.base_offset}")
+        if h.record_count < 1 or h.record_count != h.last_offset_delta + 1:
+            raise _corrupt(f"batch at byte {pos}: record count {h.record_count} is inconsistent "
+                           f"with last offset delta {h.last_offset_delta}")
+        if not batch_crc_ok(mv, pos, h.size):
+            raise _corrupt(f"batch at byte {pos}: CRC32C mismatch")
+        headers.append(h)
+        records += h.record_count
+        offsets += h.last_offset_delta + 1
+        if first_ts == -1:
+            first_ts = h.first_timestamp
+        if h.max_timestamp > max_ts:
+            max_ts = h.max_timestamp
+        pos += h.size
+    return BatchesInfo(len(headers), records, offsets, first_ts, max_ts, end, tuple(headers))
+
+
+def stamp_into(buf: bytearray, headers: Iterable[BatchHeader], base_offset: int, leader_epoch: int) -> int:
+    """Write consecutive base offsets and `leader_epoch` into the given batches
+    of `buf`, in place. Returns the next offset after the last batch."""
+    offset = base_offset
+    pack = _FRAME.pack_into
+    for h in headers:
+        pack(buf, h.position, offset, h.size - LOG_OVERHEAD, leader_epoch)
+        offset += h.last_offset_delta + 1
+    return offset
+
+
+def stamp(buf: bytes | bytearray | memoryview, base_offset: int, leader_epoch: int) -> bytes:
+    """Return a copy of concatenated batches with base offsets assigned from
+    `base_offset` onwards and every leader epoch set to `leader_epoch`.
+
+    Both fields lie outside the CRC'd region, so no CRC is recomputed. Checks
+    framing only; validate first (`validate_batches`)."""
+    out = bytearray(buf)
+    stamp_into(out, iter_batch_headers(out), base_offset, leader_epoch)
+    return bytes(out)
+
+
+def scan_headers(buf: bytes | bytearray | memoryview, *, verify_crc: bool = False) -> Iterator[BatchPosition]:
+    """Yield `(position, base_offset, last_offset, leader_epoch, size)` per batch
+    of concatenated batches; raise CORRUPT_MESSAGE at the first bad one."""
+    for h in iter_batch_headers(buf, verify_crc=verify_crc):
+        yield BatchPosition(h.position, h.base_offset, h.base_offset + h.last_offset_delta,
+                            h.leader_epoch, h.size)
+
+
+def batch_size_at(buf: bytes | bytearray | memoryview, position: int) -> int | None:
+    """Total size of the batch starting at `position` from its length field,
+    or None when fewer than LOG_OVERHEAD bytes remain."""
+    if len(buf) - position < LOG_OVERHEAD:
+        return None
+    return _I32.unpack_from(buf, position + LENGTH_POS)[0] + LOG_OVERHEAD

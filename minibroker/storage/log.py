@@ -1,0 +1,582 @@
+"""PartitionLog: the on-disk log of one partition replica.
+
+Owns the segments of `<data>/<topic>-<partition>/`, the log start offset,
+the log end offset (LEO), the recovery point (everything below it is
+fsynced) and the leader-epoch cache with its `leader-epoch-checkpoint`.
+Must not know about the HW, the ISR, the network or other partitions: the
+HW is passed in where retention needs it, and persisted by `LogManager`.
+
+Threading: every method is called from one thread (the event loop), except
+`flush()`, `persist_epoch_cache()` and `close()`, which block on fsync and
+must run in a worker thread (`await asyncio.to_thread(log.flush)`); they
+raise RuntimeError on an event-loop thread. `flush()` may run while appends,
+reads, rolls, truncations and deletions continue on the loop: it fsyncs
+duplicated fds of a snapshot taken under `_lock`.
+
+Durability (Kafka's default, D9): appends go to the page cache; nothing is
+fsynced per write. `needs_flush(now_ms)` says when `flush.messages`,
+`flush.ms` or a segment roll call for a flush; the recovery point advances
+only when a flush completes. With `flush_on_acks_all`, the broker calls
+`flush(last_offset + 1)` before answering an acks=all produce.
+
+Leader-epoch checkpoint: Kafka writes it synchronously on every new entry.
+Here a new entry only marks the cache dirty, and it is written (atomically,
+with fsync) by `persist_epoch_cache()` or by the next `flush()` *before* that
+flush moves the recovery point. So the file always holds every entry below
+the recovery point; entries above it are rebuilt from the batches on
+recovery. The one thing a crash can lose is an election-time entry with no
+data after it, which Kafka's truncation rules make harmless.
+
+Events (`kind`, reason): `truncation` (truncate_to, truncate_fully_and_start_at,
+log-start moves and segment deletion; extra `side` is "end" or "start") and
+`recovery` (on open).
+"""
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+import time
+from typing import Callable, NamedTuple
+
+from minibroker.errors import ErrorCode, KafkaError
+from minibroker.events import Event, EventSink, discard
+from minibroker.records import (
+    iter_batch_headers, stamp_into, validate_batches,
+)
+from minibroker.storage import fsutil
+from minibroker.storage.checkpoint import LEADER_EPOCH_FILE, LeaderEpochCheckpointFile
+from minibroker.storage.epoch_cache import LeaderEpochCache
+from minibroker.storage.loader import LoadInfo, load_log
+from minibroker.storage.log_config import LogConfig
+from minibroker.storage.segment import AppendedBatch, LogSegment
+
+_I32_MAX = 2**31 - 1
+
+
+class AppendResult(NamedTuple):
+    first_offset: int
+    last_offset: int
+
+
+class UnexpectedAppendOffset(KafkaError):
+    """A follower append whose first batch does not start at the LEO (or
+    whose batches are not contiguous). Nothing was written; the fetcher
+    should refetch from `expected`."""
+
+    def __init__(self, expected: int, got: int, message: str = "") -> None:
+        super().__init__(ErrorCode.OFFSET_OUT_OF_RANGE,
+                         message or f"follower append starts at offset {got}, log end offset is {expected}")
+        self.expected = expected
+        self.got = got
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _partition_name(directory: str) -> str:
+    return os.path.basename(os.path.normpath(directory))
+
+
+class PartitionLog:
+    def __init__(self, directory: str, config: LogConfig, *, recovery_point: int = 0,
+                 log_start_offset: int = 0, clean_shutdown: bool = False,
+                 event_sink: EventSink = discard, clock: Callable[[], int] | None = None) -> None:
+        """Open (recovering as needed) or create the log in `directory`.
+        Prefer `LogManager.get_or_create`, which passes the checkpointed
+        recovery point, log start offset and clean-shutdown state."""
+        self.directory = directory
+        self.name = _partition_name(directory)
+        self.config = config
+        self._sink = event_sink
+        self._clock = clock or wall_clock_ms
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        loaded = load_log(directory, config.index_interval_bytes, recovery_point=recovery_point,
+                          log_start_offset=log_start_offset, clean_shutdown=clean_shutdown)
+        # Invariant: sorted by base offset, contiguous, never empty; the last is active.
+        self._segments: list[LogSegment] = loaded.segments
+        self._bases: list[int] = [s.base_offset for s in self._segments]
+        # Invariant: first segment base <= log_start_offset <= LEO.
+        self._log_start_offset = loaded.log_start_offset
+        # Invariant: recovery_point <= LEO; everything below it is fsynced.
+        self._recovery_point = loaded.recovery_point
+        self.epoch_cache: LeaderEpochCache = loaded.epoch_cache
+        self._epoch_file = LeaderEpochCheckpointFile(os.path.join(directory, LEADER_EPOCH_FILE))
+        # Invariant: the cache version last written to the epoch checkpoint.
+        self._epoch_persisted_version = (self.epoch_cache.version
+                                         if loaded.epoch_file_entries == self.epoch_cache.entries
+                                         and os.path.exists(self._epoch_file.path) else -1)
+        self._truncations = 0
+        self._dir_dirty = True
+        self._roll_flush_pending: int | None = None
+        self._last_flush_ms = self._clock()
+        self._closed = False
+        now = self._clock()
+        for seg in self._segments:
+            seg.created_ms = min(seg.created_ms, now)
+        self.load_info: LoadInfo = loaded.info
+        info = loaded.info
+        if info.segments_loaded == 0:
+            return
+        self._emit("recovery", None, info.log_end_offset,
+                   "clean shutdown: segments trusted" if clean_shutdown and info.recovered_from_offset is None
+                   else (info.problem or "recovered without loss"),
+                   clean_shutdown=info.clean_shutdown, recovered_from=info.recovered_from_offset,
+                   segments_recovered=info.segments_recovered, batches_scanned=info.batches_scanned,
+                   bytes_truncated=info.bytes_truncated, segments_deleted=list(info.segments_deleted),
+                   recovery_point=info.recovery_point, log_start_offset=info.log_start_offset,
+                   epoch_entries_dropped=[list(e) for e in info.epoch_entries_dropped])
+
+    @classmethod
+    def open(cls, directory: str, config: LogConfig | None = None, **kwargs: object) -> "PartitionLog":
+        """`PartitionLog(directory, config or LogConfig(), **kwargs)`."""
+        return cls(directory, config or LogConfig(), **kwargs)  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------ state
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def latest_epoch(self) -> int | None:
+        return self.epoch_cache.latest_epoch
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def segment_base_offsets(self) -> list[int]:
+        return list(self._bases)
+
+    @property
+    def epoch_cache_dirty(self) -> bool:
+        return self.epoch_cache.version != self._epoch_persisted_version
+
+    def _emit(self, kind: str, before: object, after: object, reason: str, **extra: object) -> None:
+        self._sink(Event(kind, self._clock(), self.name, before, after, reason, extra))
+
+    def update_config(self, config: LogConfig) -> None:
+        self.config = config
+        for seg in self._segments:
+            seg.index_interval_bytes = config.index_interval_bytes
+
+    # ------------------------------------------------------------ epochs
+
+    def assign_leader_epoch(self, epoch: int) -> bool:
+        """Becoming leader at `epoch`: add (epoch, LEO) to the epoch cache
+        before any data (E2). Then persist it off the loop with
+        `persist_epoch_cache()` (or let the next flush do it)."""
+        return self.epoch_cache.assign(epoch, self.log_end_offset)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(largest epoch <= `epoch`, its end offset) per E3; (-1, -1) if unknown."""
+        return self.epoch_cache.end_offset_for(epoch, self.log_end_offset)
+
+    def last_batch_epoch(self) -> int | None:
+        """Epoch of the batch holding LEO - 1 (None for an empty log)."""
+        if self.log_end_offset <= self._log_start_offset:
+            return None
+        return self.epoch_cache.epoch_for_offset(self.log_end_offset - 1)
+
+    # ------------------------------------------------------------ appends
+
+    def append_as_leader(self, batches: bytes | bytearray | memoryview, leader_epoch: int, *,
+                         now_ms: int | None = None) -> AppendResult:
+        """Produce path (leader): validate the client batches (framing, CRC,
+        sizes), stamp base offsets from the LEO and `leader_epoch`, record the
+        epoch in the cache, roll if needed, append. Raises KafkaError:
+        CORRUPT_MESSAGE / MESSAGE_TOO_LARGE / INVALID_REQUEST from validation,
+        RECORD_LIST_TOO_LARGE above segment.bytes, FENCED_LEADER_EPOCH when
+        the cache already holds a newer epoch, KAFKA_STORAGE_ERROR on I/O
+        failure. Nothing is written when it raises."""
+        info = validate_batches(batches, max_message_bytes=self.config.max_message_bytes)
+        if info.size > self.config.segment_bytes:
+            raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE,
+                             f"{info.size} bytes of batches exceed segment.bytes={self.config.segment_bytes}")
+        if leader_epoch < 0:
+            raise ValueError(f"leader epoch {leader_epoch} is negative")
+        latest = self.epoch_cache.latest_epoch
+        if latest is not None and leader_epoch < latest:
+            raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH,
+                             f"{self.name}: append at epoch {leader_epoch} but the log is at epoch {latest}")
+        buf = bytearray(batches)
+        with self._lock:
+            self._check_open()
+            base = self.log_end_offset
+            next_offset = stamp_into(buf, info.batches, base, leader_epoch)
+            self._maybe_roll_locked(len(buf), next_offset - 1, now_ms)
+            self.epoch_cache.assign(leader_epoch, base)
+            appended = []
+            offset = base
+            for h in info.batches:
+                offset += h.last_offset_delta + 1
+                appended.append(AppendedBatch(h.position, h.size, offset - 1, h.max_timestamp))
+            self._segments[-1].append(buf, appended, next_offset)
+        return AppendResult(base, next_offset - 1)
+
+    def append_as_follower(self, batches: bytes | bytearray | memoryview, *, now_ms: int | None = None) -> int:
+        """Replication path (follower): append the leader's batches verbatim.
+        Checks framing and CRC, that the first batch starts at the LEO and
+        the rest follow contiguously, and that epochs are stamped and never
+        decrease. Updates the epoch cache from batch epochs. Returns the new
+        last offset (LEO - 1); an empty `batches` is a no-op.
+        Raises UnexpectedAppendOffset or KafkaError(CORRUPT_MESSAGE)."""
+        if len(batches) == 0:
+            return self.log_end_offset - 1
+        headers = list(iter_batch_headers(batches, verify_crc=True))
+        leo = self.log_end_offset
+        expected = leo
+        prev_epoch = self.last_batch_epoch()
+        prev_epoch = -1 if prev_epoch is None else prev_epoch
+        appended = []
+        for h in headers:
+            if h.base_offset != expected:
+                raise UnexpectedAppendOffset(leo, headers[0].base_offset,
+                                             None if h is headers[0] else
+                                             f"follower batches are not contiguous: batch at {h.base_offset}, expected {expected}")
+            if h.leader_epoch < 0 or h.leader_epoch < prev_epoch:
+                raise KafkaError(ErrorCode.CORRUPT_MESSAGE,
+                                 f"{self.name}: batch at offset {h.base_offset} has epoch {h.leader_epoch} "
+                                 f"after epoch {prev_epoch}")
+            prev_epoch = h.leader_epoch
+            expected = h.next_offset
+            appended.append(AppendedBatch(h.position, h.size, h.last_offset, h.max_timestamp))
+        with self._lock:
+            self._check_open()
+            if self.log_end_offset != leo:
+                raise UnexpectedAppendOffset(self.log_end_offset, leo)
+            self._maybe_roll_locked(len(batches), expected - 1, now_ms)
+            for h in headers:
+                self.epoch_cache.assign(h.leader_epoch, h.base_offset)
+            self._segments[-1].append(batches, appended, expected)
+        return expected - 1
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self.name}: log is closed")
+
+    # ------------------------------------------------------------ rolling
+
+    def maybe_roll(self, incoming_bytes: int = 0, *, now_ms: int | None = None) -> bool:
+        """Start a new active segment at the LEO if the active one is full
+        (segment.bytes), too old (segment.ms, by its first batch's timestamp)
+        or would overflow 32-bit relative offsets (D2). Returns whether it rolled."""
+        with self._lock:
+            return self._maybe_roll_locked(incoming_bytes, self.log_end_offset, now_ms)
+
+    def _maybe_roll_locked(self, incoming_bytes: int, incoming_last_offset: int, now_ms: int | None) -> bool:
+        active = self._segments[-1]
+        if active.empty:
+            return False
+        now = self._clock() if now_ms is None else now_ms
+        full = active.size > self.config.segment_bytes - incoming_bytes
+        rolling_base = active.rolling_base_ms
+        old = rolling_base is not None and now - rolling_base > self.config.segment_ms
+        overflow = incoming_last_offset - active.base_offset > _I32_MAX
+        if not (full or old or overflow):
+            return False
+        self._roll_locked()
+        return True
+
+    def _roll_locked(self) -> None:
+        active = self._segments[-1]
+        active.on_become_inactive()
+        new = LogSegment.create(self.directory, active.next_offset, self.config.index_interval_bytes)
+        new.created_ms = self._clock()
+        self._segments.append(new)
+        self._bases.append(new.base_offset)
+        self._dir_dirty = True
+        self._roll_flush_pending = new.base_offset
+
+    def roll(self) -> None:
+        """Force a new active segment (no-op when the active one is empty)."""
+        with self._lock:
+            if not self._segments[-1].empty:
+                self._roll_locked()
+
+    # ------------------------------------------------------------ reads
+
+    def _segment_index_for(self, offset: int) -> int:
+        return max(bisect.bisect_right(self._bases, offset) - 1, 0)
+
+    def read(self, fetch_offset: int, max_bytes: int, upper_bound_offset: int | None = None, *,
+             min_one_batch: bool = True) -> bytes:
+        """Fetch path: the raw bytes of whole batches, starting with the batch
+        that holds `fetch_offset`, holding only batches whose last offset <
+        `upper_bound_offset` (HW for consumers, LEO (default) for followers),
+        at most `max_bytes` except that one whole batch is returned even if
+        larger (KIP-74) unless `min_one_batch` is False. Reads one segment
+        per call. b"" when nothing qualifies (e.g. fetch_offset == LEO or at
+        or above the bound). Raises KafkaError(OFFSET_OUT_OF_RANGE) when
+        `fetch_offset` is outside [log_start_offset, LEO]."""
+        leo = self.log_end_offset
+        if fetch_offset < self._log_start_offset or fetch_offset > leo:
+            raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                             f"{self.name}: fetch offset {fetch_offset} outside "
+                             f"[{self._log_start_offset}, {leo}]")
+        upper = leo if upper_bound_offset is None else min(upper_bound_offset, leo)
+        if fetch_offset >= upper:
+            return b""
+        i = self._segment_index_for(fetch_offset)
+        while i < len(self._segments):
+            seg = self._segments[i]
+            found = seg.translate_offset(fetch_offset)
+            if found is not None:
+                if found.last_offset >= upper:
+                    return b""
+                return seg.read(found.position, max_bytes, upper, min_one_batch)
+            i += 1
+        return b""
+
+    def batch_containing(self, offset: int) -> tuple[int, int, int] | None:
+        """(base offset, last offset, leader epoch) of the batch holding `offset`."""
+        if offset < self._log_start_offset or offset >= self.log_end_offset:
+            return None
+        i = self._segment_index_for(offset)
+        for seg in self._segments[i:]:
+            found = seg.translate_offset(offset)
+            if found is not None:
+                return found.base_offset, found.last_offset, found.leader_epoch
+        return None
+
+    # ------------------------------------------------------------ truncation
+
+    def truncate_to(self, offset: int, *, reason: str = "truncate_to") -> int:
+        """Divergence/truncation: remove every batch holding an offset >=
+        `offset`. Whole batches only: when `offset` falls inside a batch the
+        log ends at that batch's base offset. Trims the epoch cache from the
+        end and lowers the recovery point. Returns the new LEO (which may be
+        below `offset`; the caller clamps its HW to it). No-op at or above
+        the LEO. Emits a `truncation` event."""
+        if offset < 0:
+            raise ValueError(f"cannot truncate to negative offset {offset}")
+        before = self.log_end_offset
+        if offset >= before:
+            return before
+        if offset < self._segments[0].base_offset:
+            self.truncate_fully_and_start_at(offset, reason=reason)
+            return offset
+        with self._lock:
+            keep = bisect.bisect_right(self._bases, offset)
+            dropped = self._segments[keep:]
+            del self._segments[keep:]
+            del self._bases[keep:]
+            for seg in dropped:
+                seg.delete()
+            actual = self._segments[-1].truncate_to(offset)
+            self._log_start_offset = min(self._log_start_offset, actual)
+            removed = self.epoch_cache.truncate_from_end(actual)
+            self._recovery_point = min(self._recovery_point, actual)
+            if self._roll_flush_pending is not None and self._roll_flush_pending > actual:
+                self._roll_flush_pending = None
+            self._truncations += 1
+            self._dir_dirty = True
+        self._emit("truncation", before, actual, reason, side="end", requested_offset=offset,
+                   segments_deleted=[s.base_offset for s in dropped],
+                   epoch_entries_removed=[list(e) for e in removed])
+        return actual
+
+    def truncate_fully_and_start_at(self, offset: int, *, reason: str = "truncate_fully_and_start_at") -> None:
+        """Drop the whole log and restart it empty at `offset` (a follower
+        whose LEO is below the leader's log start). Clears the epoch cache."""
+        if offset < 0:
+            raise ValueError(f"cannot start a log at negative offset {offset}")
+        before = self.log_end_offset
+        with self._lock:
+            self._check_open()
+            for seg in self._segments:
+                seg.delete()
+            new = LogSegment.create(self.directory, offset, self.config.index_interval_bytes)
+            new.created_ms = self._clock()
+            self._segments = [new]
+            self._bases = [offset]
+            self._log_start_offset = offset
+            self._recovery_point = offset
+            self._roll_flush_pending = None
+            self.epoch_cache.clear()
+            self._truncations += 1
+            self._dir_dirty = True
+        self._emit("truncation", before, offset, reason, side="full", log_start_offset=offset)
+
+    def maybe_increment_log_start_offset(self, new_start: int, *, reason: str = "log start offset moved") -> bool:
+        """Move the log start offset forward (DeleteRecords, or a follower
+        following the leader's log start). Trims the epoch cache from the
+        start; whole segments below it go in the next `delete_old_segments`.
+        Raises KafkaError(OFFSET_OUT_OF_RANGE) above the LEO."""
+        if new_start <= self._log_start_offset:
+            return False
+        if new_start > self.log_end_offset:
+            raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                             f"{self.name}: log start offset {new_start} above the log end offset {self.log_end_offset}")
+        before = self._log_start_offset
+        with self._lock:
+            self._log_start_offset = new_start
+            self.epoch_cache.truncate_from_start(new_start)
+        self._emit("truncation", before, new_start, reason, side="start")
+        return True
+
+    # ------------------------------------------------------------ retention
+
+    def delete_old_segments(self, now_ms: int | None = None, *, high_watermark: int | None = None) -> int:
+        """Retention pass (Kafka's deleteOldSegments): delete whole oldest
+        segments that breach retention.ms (by their max timestamp),
+        retention.bytes, or lie wholly below the log start offset. Never
+        deletes a segment holding offsets at or above `high_watermark`
+        (default: the LEO). If every segment goes, a fresh active segment is
+        rolled first. Moves the log start offset up. Returns how many were deleted."""
+        now = self._clock() if now_ms is None else now_ms
+        hw = self.log_end_offset if high_watermark is None else high_watermark
+        cfg = self.config
+        total = self.size_bytes
+        excess = total - cfg.retention_bytes if cfg.retention_bytes >= 0 else -1
+        deletable = 0
+        reasons: list[str] = []
+        segs = self._segments
+        for i, seg in enumerate(segs):
+            nxt = segs[i + 1] if i + 1 < len(segs) else None
+            upper = nxt.base_offset if nxt is not None else self.log_end_offset
+            if nxt is None and seg.empty:
+                break
+            if hw < upper:
+                break
+            why = None
+            if nxt is not None and nxt.base_offset <= self._log_start_offset:
+                why = "below log start offset"
+            elif cfg.retention_ms >= 0 and seg.max_timestamp >= 0 and now - seg.max_timestamp > cfg.retention_ms:
+                why = f"retention.ms={cfg.retention_ms} breached"
+            elif excess >= 0 and excess - seg.size >= 0:
+                excess -= seg.size
+                why = f"retention.bytes={cfg.retention_bytes} breached"
+            if why is None:
+                break
+            reasons.append(why)
+            deletable += 1
+        if not deletable:
+            return 0
+        before = self._log_start_offset
+        with self._lock:
+            if deletable == len(self._segments):
+                self._roll_locked()
+            doomed = self._segments[:deletable]
+            del self._segments[:deletable]
+            del self._bases[:deletable]
+            for seg in doomed:
+                seg.delete()
+            self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
+            self._recovery_point = max(self._recovery_point, self._log_start_offset)
+            self.epoch_cache.truncate_from_start(self._log_start_offset)
+            self._dir_dirty = True
+        self._emit("truncation", before, self._log_start_offset, "; ".join(sorted(set(reasons))),
+                   side="start", segments_deleted=[s.base_offset for s in doomed])
+        return deletable
+
+    # ------------------------------------------------------------ durability
+
+    def needs_flush(self, now_ms: int | None = None) -> bool:
+        """Whether the flush policy calls for `flush()` now: a rolled segment
+        waits for its flush, flush.messages unflushed offsets, or flush.ms
+        since the last flush with unflushed data."""
+        unflushed = self.log_end_offset - self._recovery_point
+        if self._roll_flush_pending is not None:
+            return True
+        if unflushed <= 0:
+            return False
+        if unflushed >= self.config.flush_messages:
+            return True
+        now = self._clock() if now_ms is None else now_ms
+        return now - self._last_flush_ms >= self.config.flush_ms
+
+    def flush(self, up_to: int | None = None) -> int:
+        """fsync the log up to offset `up_to` (default: the LEO), after writing
+        a dirty epoch checkpoint, then advance the recovery point. Blocking:
+        run in a worker thread. Thread-safe against appends and other flushes.
+        Returns the recovery point."""
+        fsutil.assert_off_event_loop("PartitionLog.flush")
+        with self._flush_lock:
+            with self._lock:
+                if self._closed:
+                    return self._recovery_point
+                leo = self.log_end_offset
+                target = leo if up_to is None else min(up_to, leo)
+                epoch_snapshot = None
+                if self.epoch_cache_dirty:
+                    epoch_snapshot = (self.epoch_cache.entries, self.epoch_cache.version)
+                fds: list[int] = []
+                for seg in self._segments:
+                    if (not seg.empty and seg.next_offset > self._recovery_point
+                            and seg.base_offset < target):
+                        fds.extend(seg.dup_fds())
+                dir_dirty, self._dir_dirty = self._dir_dirty, False
+                generation = self._truncations
+            try:
+                if epoch_snapshot is not None:
+                    self._epoch_file.write(epoch_snapshot[0])
+                for fd in fds:
+                    os.fsync(fd)
+                if dir_dirty:
+                    fsutil.fsync_dir(self.directory)
+            except OSError as exc:
+                self._dir_dirty = self._dir_dirty or dir_dirty
+                raise fsutil.storage_error(self.directory, exc) from exc
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            with self._lock:
+                if epoch_snapshot is not None:
+                    self._epoch_persisted_version = epoch_snapshot[1]
+                if generation == self._truncations and target > self._recovery_point:
+                    self._recovery_point = min(target, self.log_end_offset)
+                if self._roll_flush_pending is not None and self._roll_flush_pending <= self._recovery_point:
+                    self._roll_flush_pending = None
+                self._last_flush_ms = self._clock()
+                return self._recovery_point
+
+    def persist_epoch_cache(self) -> None:
+        """Write `leader-epoch-checkpoint` if the cache changed. Blocking."""
+        fsutil.assert_off_event_loop("PartitionLog.persist_epoch_cache")
+        with self._flush_lock:
+            with self._lock:
+                if not self.epoch_cache_dirty or self._closed:
+                    return
+                entries, version = self.epoch_cache.entries, self.epoch_cache.version
+            self._epoch_file.write(entries)
+            with self._lock:
+                self._epoch_persisted_version = version
+
+    def close(self) -> None:
+        """Flush everything, persist the epoch cache, close files. Blocking."""
+        fsutil.assert_off_event_loop("PartitionLog.close")
+        if self._closed:
+            return
+        with self._lock:
+            active = self._segments[-1]
+            active.on_become_inactive()
+            fds = active.dup_fds()
+        try:
+            for fd in fds:
+                os.fsync(fd)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        self.flush()
+        self.persist_epoch_cache()
+        with self._lock:
+            for seg in self._segments:
+                seg.close()
+            self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        return self._closed

@@ -1,0 +1,106 @@
+"""Per-log configuration, with Kafka's topic-level property names.
+
+`LogConfig.from_properties({"segment.bytes": "1048576", ...})` accepts the
+topic-level names (and the broker-level `log.*` spellings); attribute names
+are the snake_case of the topic-level names. Unknown or out-of-range values
+raise KafkaError(INVALID_CONFIG).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any, Mapping
+
+from minibroker.errors import ErrorCode, KafkaError
+
+LONG_MAX = 2**63 - 1
+DAY_MS = 24 * 3600 * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    segment_bytes: int = 1 << 30                 # segment.bytes / log.segment.bytes
+    segment_ms: int = 7 * DAY_MS                 # segment.ms / log.roll.ms
+    index_interval_bytes: int = 4096             # index.interval.bytes / log.index.interval.bytes
+    retention_bytes: int = -1                    # retention.bytes / log.retention.bytes (-1: unlimited)
+    retention_ms: int = 7 * DAY_MS               # retention.ms / log.retention.ms (-1: unlimited)
+    flush_messages: int = LONG_MAX               # flush.messages / log.flush.interval.messages
+    flush_ms: int = LONG_MAX                     # flush.ms / log.flush.interval.ms
+    max_message_bytes: int = 1048588             # max.message.bytes / message.max.bytes
+    # minibroker's own switch: fsync the log before an acks=all response is sent.
+    flush_on_acks_all: bool = False              # minibroker.flush.on.acks.all
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.segment_bytes >= 64, "segment.bytes must be at least 64"),
+            (self.segment_bytes <= 2**31 - 1, "segment.bytes must fit in 31 bits"),
+            (self.segment_ms >= 1, "segment.ms must be at least 1"),
+            (self.index_interval_bytes >= 0, "index.interval.bytes must be >= 0"),
+            (self.retention_bytes >= -1, "retention.bytes must be >= -1"),
+            (self.retention_ms >= -1, "retention.ms must be >= -1"),
+            (self.flush_messages >= 1, "flush.messages must be at least 1"),
+            (self.flush_ms >= 0, "flush.ms must be >= 0"),
+            (self.max_message_bytes >= 0, "max.message.bytes must be >= 0"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise KafkaError(ErrorCode.INVALID_CONFIG, msg)
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, Any], base: "LogConfig | None" = None) -> "LogConfig":
+        """Build from Kafka property names; values may be strings. Properties
+        not given keep the values of `base` (or the defaults)."""
+        updates: dict[str, Any] = {}
+        for name, raw in props.items():
+            attr = PROPERTY_NAMES.get(name)
+            if attr is None:
+                raise KafkaError(ErrorCode.INVALID_CONFIG, f"unknown log config {name!r}")
+            updates[attr] = _coerce(name, attr, raw)
+        return replace(base or cls(), **updates)
+
+    def to_properties(self) -> dict[str, str]:
+        out = {}
+        for prop, attr in PROPERTY_NAMES.items():
+            if prop in _TOPIC_NAMES:
+                v = getattr(self, attr)
+                out[prop] = str(v).lower() if isinstance(v, bool) else str(v)
+        return out
+
+
+_TOPIC_NAMES = {
+    "segment.bytes": "segment_bytes",
+    "segment.ms": "segment_ms",
+    "index.interval.bytes": "index_interval_bytes",
+    "retention.bytes": "retention_bytes",
+    "retention.ms": "retention_ms",
+    "flush.messages": "flush_messages",
+    "flush.ms": "flush_ms",
+    "max.message.bytes": "max_message_bytes",
+    "minibroker.flush.on.acks.all": "flush_on_acks_all",
+}
+PROPERTY_NAMES: dict[str, str] = {
+    **_TOPIC_NAMES,
+    "log.segment.bytes": "segment_bytes",
+    "log.roll.ms": "segment_ms",
+    "log.index.interval.bytes": "index_interval_bytes",
+    "log.retention.bytes": "retention_bytes",
+    "log.retention.ms": "retention_ms",
+    "log.flush.interval.messages": "flush_messages",
+    "log.flush.interval.ms": "flush_ms",
+    "message.max.bytes": "max_message_bytes",
+}
+_BOOL_ATTRS = {f.name for f in fields(LogConfig) if f.type in ("bool", bool)}
+
+
+def _coerce(name: str, attr: str, raw: Any) -> Any:
+    if attr in _BOOL_ATTRS:
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.lower() in ("true", "false"):
+            return raw.lower() == "true"
+        raise KafkaError(ErrorCode.INVALID_CONFIG, f"{name} must be true or false, got {raw!r}")
+    if isinstance(raw, bool):
+        raise KafkaError(ErrorCode.INVALID_CONFIG, f"{name} must be an integer, got {raw!r}")
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        raise KafkaError(ErrorCode.INVALID_CONFIG, f"{name} must be an integer, got {raw!r}") from None

@@ -1,0 +1,659 @@
+"""The broker's side of the broker-controller conversation.
+
+Owns: the authenticated connections to the controller
+(`controller.quorum.bootstrap.servers`), the broker's lifecycle towards the
+controller (registration, heartbeats, fencing, controlled shutdown; Kafka's
+BrokerLifecycleManager), following the controller's metadata log into the
+`MetadataImage`, the AlterPartitionManager (Kafka I5), and forwarding of
+admin requests (KIP-590).
+
+Must not know: partitions' replication state, logs, or what the data path
+does with metadata (it hands each applied delta to a callback).
+
+Split as h11: `BrokerLifecycle` and `AlterPartitionQueue` are pure state
+machines (no asyncio, no sockets, no clock); `ControllerChannel`,
+`ControllerLink` and `AlterPartitionManager` carry events in and decisions
+out. Separate connections carry the metadata long-poll, the heartbeats, the
+AlterPartition requests and forwarded admin requests, so a parked request on
+one never delays another (responses on one connection come back in order).
+"""
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+from minibroker.broker.clock import now_ms
+from minibroker.broker.metadata_image import MetadataDelta, MetadataError, MetadataImage
+from minibroker.config import Config, parse_hostport
+from minibroker.errors import ErrorCode, KafkaError, error_name
+from minibroker.events import Event, EventSink
+from minibroker.net.connection import Connection
+from minibroker.protocol.api import ApiKey
+
+log = logging.getLogger("minibroker.broker.controller")
+
+# Errors on which a request is not worth resending as is.
+_FATAL_TOP_LEVEL = frozenset({ErrorCode.UNSUPPORTED_VERSION, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                              ErrorCode.INVALID_REQUEST})
+# Heartbeat answers meaning "the controller does not know this incarnation": register again.
+_REREGISTER = frozenset({ErrorCode.STALE_BROKER_EPOCH, ErrorCode.BROKER_NOT_AVAILABLE})
+
+ALTER_PARTITION_RETRY_MS = 50          # Kafka I5: retry after a top-level error
+STARTING_HEARTBEAT_MS = 10             # Kafka: heartbeat quickly while catching up
+RECONNECT_BACKOFF_MS = 50              # Kafka reconnect.backoff.ms
+RECONNECT_BACKOFF_MAX_MS = 1000        # Kafka reconnect.backoff.max.ms
+
+
+class BrokerState(str, enum.Enum):
+    """Kafka's BrokerState, as ApiVersions reports it."""
+    STARTING = "STARTING"                                  # registering, catching up with metadata
+    RECOVERY = "RECOVERY"                                  # caught up; log recovery, waiting to be unfenced
+    RUNNING = "RUNNING"                                    # unfenced, serving
+    PENDING_CONTROLLED_SHUTDOWN = "PENDING_CONTROLLED_SHUTDOWN"
+    SHUTTING_DOWN = "SHUTTING_DOWN"
+
+
+class HeartbeatOutcome(enum.Enum):
+    OK = "ok"
+    REGISTER = "register"          # the controller no longer knows this broker epoch
+    RETRY = "retry"                # transient: resend at the next tick
+
+
+# --------------------------------------------------------------------------
+# Pure core: the broker's lifecycle towards the controller
+# --------------------------------------------------------------------------
+
+@dataclass
+class BrokerLifecycle:
+    """What the broker has told the controller and what it has heard back.
+
+    Events in: registration and heartbeat responses, `set_ready_to_unfence`
+    (logs recovered, metadata published to the data path),
+    `begin_controlled_shutdown`. Decisions out: the next request body, the
+    delay before the next heartbeat, state transitions (as `Event`s)."""
+    node_id: int
+    rack: str | None
+    listeners: list[dict[str, Any]]
+    previous_broker_epoch: int = -1                        # KIP-966: -1 after an unclean shutdown
+    incarnation_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    state: BrokerState = BrokerState.STARTING
+    broker_epoch: int = -1          # Invariant: -1 until the first successful registration
+    needs_registration: bool = True
+    fenced: bool = True
+    caught_up: bool = False         # Invariant: once True stays True (Kafka's initial catch-up)
+    ready_to_unfence: bool = False
+    should_shut_down: bool = False
+    registrations: int = 0
+
+    def registration_request(self) -> dict[str, Any]:
+        return {"broker_id": self.node_id, "incarnation_id": self.incarnation_id, "rack": self.rack,
+                "listeners": self.listeners, "previous_broker_epoch": self.previous_broker_epoch}
+
+    def on_registration_response(self, resp: dict[str, Any], now_ms: int) -> list[Event]:
+        """Triggered by a BrokerRegistration response; raises KafkaError on refusal."""
+        code = resp.get("error", 0)
+        if code:
+            raise KafkaError(code, resp.get("message", ""), remote=True)
+        before = self.broker_epoch
+        self.broker_epoch = int(resp["broker_epoch"])
+        # This incarnation's logs are intact from here on: a later re-registration is not unclean.
+        self.previous_broker_epoch = self.broker_epoch
+        self.needs_registration = False
+        self.fenced = True
+        self.registrations += 1
+        return [Event("broker_registered", now_ms, "", before, self.broker_epoch,
+                      "registered" if self.registrations == 1 else "re-registered after the controller "
+                      "refused the previous broker epoch",
+                      {"broker_id": self.node_id, "incarnation_id": self.incarnation_id})]
+
+    def heartbeat_request(self, metadata_offset: int) -> dict[str, Any]:
+        return {"broker_id": self.node_id, "broker_epoch": self.broker_epoch,
+                "current_metadata_offset": metadata_offset,
+                "want_fence": not self.ready_to_unfence,
+                "want_shut_down": self.state is BrokerState.PENDING_CONTROLLED_SHUTDOWN}
+
+    def on_heartbeat_response(self, resp: dict[str, Any], now_ms: int) -> tuple[HeartbeatOutcome, list[Event]]:
+        """Triggered by a BrokerHeartbeat response."""
+        code = resp.get("error", 0)
+        events: list[Event] = []
+        if code in _REREGISTER:
+            self.needs_registration = True
+            self.fenced = True
+            return HeartbeatOutcome.REGISTER, events
+        if code:
+            return HeartbeatOutcome.RETRY, events
+        fenced = bool(resp.get("is_fenced", True))
+        if fenced != self.fenced:
+            events.append(Event("fenced" if fenced else "unfenced", now_ms, "", self.fenced, fenced,
+                                "controller heartbeat response", {"broker_id": self.node_id,
+                                                                  "broker_epoch": self.broker_epoch}))
+        self.fenced = fenced
+        if resp.get("is_caught_up", False):
+            self.caught_up = True
+        if resp.get("should_shut_down", False) and self.state is BrokerState.PENDING_CONTROLLED_SHUTDOWN:
+            self.should_shut_down = True
+            events += self._move(BrokerState.SHUTTING_DOWN, now_ms, "controller completed controlled shutdown")
+        events += self.maybe_advance(now_ms)
+        return HeartbeatOutcome.OK, events
+
+    def maybe_advance(self, now_ms: int) -> list[Event]:
+        """STARTING -> RECOVERY once caught up; RECOVERY -> RUNNING once ready and unfenced."""
+        if self.state is BrokerState.STARTING and self.caught_up:
+            return self._move(BrokerState.RECOVERY, now_ms, "caught up with the metadata log")
+        if self.state is BrokerState.RECOVERY and self.ready_to_unfence and not self.fenced:
+            return self._move(BrokerState.RUNNING, now_ms, "unfenced by the controller")
+        return []
+
+    def set_ready_to_unfence(self, now_ms: int) -> list[Event]:
+        """Triggered when logs are recovered and metadata is published."""
+        self.ready_to_unfence = True
+        return self.maybe_advance(now_ms)
+
+    def begin_controlled_shutdown(self, now_ms: int, reason: str) -> list[Event]:
+        if self.state in (BrokerState.PENDING_CONTROLLED_SHUTDOWN, BrokerState.SHUTTING_DOWN):
+            return []
+        if self.broker_epoch < 0:
+            return self._move(BrokerState.SHUTTING_DOWN, now_ms, f"{reason}; never registered")
+        return self._move(BrokerState.PENDING_CONTROLLED_SHUTDOWN, now_ms, reason)
+
+    def begin_shutdown(self, now_ms: int, reason: str) -> list[Event]:
+        if self.state is BrokerState.SHUTTING_DOWN:
+            return []
+        return self._move(BrokerState.SHUTTING_DOWN, now_ms, reason)
+
+    def next_heartbeat_delay_ms(self, interval_ms: int) -> int:
+        return STARTING_HEARTBEAT_MS if self.state is BrokerState.STARTING else interval_ms
+
+    def _move(self, to: BrokerState, now_ms: int, reason: str) -> list[Event]:
+        before, self.state = self.state, to
+        return [Event("broker_state", now_ms, "", before.value, to.value, reason, {"broker_id": self.node_id})]
+
+
+# --------------------------------------------------------------------------
+# Pure core: AlterPartition batching (Kafka I5)
+# --------------------------------------------------------------------------
+
+PartitionKey = tuple[str, int]
+
+
+@dataclass
+class AlterPartitionItem:
+    topic: str
+    partition: int
+    leader_epoch: int
+    partition_epoch: int
+    new_isr_with_epochs: list[dict[str, int]]
+    leader_recovery_state: int = 0
+
+
+class AlterPartitionQueue:
+    """Invariant: each partition appears at most once in `_items` (queued or
+    in flight); `_inflight` is the set of keys in the one outstanding request,
+    or None when nothing is in flight."""
+
+    def __init__(self) -> None:
+        self._items: dict[PartitionKey, AlterPartitionItem] = {}
+        self._inflight: set[PartitionKey] | None = None
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def in_flight(self) -> bool:
+        return self._inflight is not None
+
+    def submit(self, item: AlterPartitionItem) -> bool:
+        """False when that partition already has a change queued or in flight
+        (the caller answers OPERATION_NOT_ATTEMPTED, as Kafka)."""
+        key = (item.topic, item.partition)
+        if key in self._items:
+            return False
+        self._items[key] = item
+        return True
+
+    def maybe_build_request(self, broker_id: int, broker_epoch: int) -> dict[str, Any] | None:
+        """Everything queued goes into the next request, if none is in flight."""
+        if self._inflight is not None or not self._items:
+            return None
+        self._inflight = set(self._items)
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for it in self._items.values():
+            topics.setdefault(it.topic, []).append({
+                "partition": it.partition, "leader_epoch": it.leader_epoch,
+                "partition_epoch": it.partition_epoch, "new_isr_with_epochs": it.new_isr_with_epochs,
+                "leader_recovery_state": it.leader_recovery_state})
+        return {"broker_id": broker_id, "broker_epoch": broker_epoch,
+                "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}
+
+    def on_failure(self) -> None:
+        """Transport error or retriable top-level error: keep everything queued, resend later."""
+        self._inflight = None
+
+    def on_fatal(self) -> list[PartitionKey]:
+        """A top-level error that resending cannot fix: drop the in-flight partitions."""
+        keys = list(self._inflight or ())
+        for k in keys:
+            self._items.pop(k, None)
+        self._inflight = None
+        return keys
+
+    def on_response(self, resp: dict[str, Any]) -> list[tuple[PartitionKey, dict[str, Any]]]:
+        """A response without a top-level error: one result per in-flight partition
+        (UNKNOWN_SERVER_ERROR for any the controller left out)."""
+        inflight = self._inflight or set()
+        out: list[tuple[PartitionKey, dict[str, Any]]] = []
+        seen: set[PartitionKey] = set()
+        for t in resp.get("topics", []):
+            for p in t.get("partitions", []):
+                key = (t["topic"], p["partition"])
+                if key in inflight and key not in seen:
+                    seen.add(key)
+                    out.append((key, dict(p)))
+        for key in sorted(inflight - seen):
+            out.append((key, {"partition": key[1], "error": int(ErrorCode.UNKNOWN_SERVER_ERROR),
+                              "message": "controller response did not mention this partition"}))
+        for key, _ in out:
+            self._items.pop(key, None)
+        self._inflight = None
+        return out
+
+    def drain(self) -> list[PartitionKey]:
+        keys = list(self._items)
+        self._items.clear()
+        self._inflight = None
+        return keys
+
+
+# --------------------------------------------------------------------------
+# Drivers
+# --------------------------------------------------------------------------
+
+class Backoff:
+    """Exponential reconnect back-off, reset on success (Kafka reconnect.backoff.*)."""
+
+    def __init__(self, initial_ms: int = RECONNECT_BACKOFF_MS, max_ms: int = RECONNECT_BACKOFF_MAX_MS) -> None:
+        self.initial_ms = initial_ms
+        self.max_ms = max_ms
+        self.next_ms = initial_ms
+
+    def reset(self) -> None:
+        self.next_ms = self.initial_ms
+
+    def step(self) -> int:
+        d = self.next_ms
+        self.next_ms = min(self.max_ms, self.next_ms * 2)
+        return d
+
+
+def controller_servers(config: Config) -> list[tuple[str, int]]:
+    servers = [parse_hostport(s, 9093) for s in config.get_list("controller.quorum.bootstrap.servers")]
+    if not servers:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, "controller.quorum.bootstrap.servers is empty")
+    return servers
+
+
+class ControllerLink:
+    """One authenticated connection to the controller, reopened on demand.
+    Invariant: `_conn` is None or a connection that was open when last used."""
+
+    def __init__(self, servers: list[tuple[str, int]], secret: str, client_id: str,
+                 max_frame_bytes: int, connect_timeout_ms: int = 5000) -> None:
+        self.servers = servers
+        self.secret = secret
+        self.client_id = client_id
+        self.max_frame_bytes = max_frame_bytes
+        self.connect_timeout_ms = connect_timeout_ms
+        self._server = 0
+        self._conn: Connection | None = None
+        self._lock = asyncio.Lock()
+
+    async def _connection(self) -> Connection:
+        async with self._lock:
+            if self._conn is not None and not self._conn.closed:
+                return self._conn
+            host, port = self.servers[self._server % len(self.servers)]
+            try:
+                self._conn = await Connection.open(host, port, client_id=self.client_id, secret=self.secret,
+                                                   timeout_s=self.connect_timeout_ms / 1000,
+                                                   max_frame_bytes=self.max_frame_bytes)
+            except KafkaError:
+                self._server += 1
+                raise
+            return self._conn
+
+    async def request(self, api: ApiKey, body: dict[str, Any], timeout_ms: int) -> dict[str, Any]:
+        """Send one request; transport errors (NETWORK_EXCEPTION, REQUEST_TIMED_OUT)
+        close the connection so the next call reconnects."""
+        conn = await self._connection()
+        try:
+            return await conn.request(api, body, timeout_ms=timeout_ms)
+        except KafkaError as exc:
+            if exc.code in (ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT):
+                self._drop(conn)
+            raise
+
+    def _drop(self, conn: Connection) -> None:
+        conn.close()
+        if self._conn is conn:
+            self._conn = None
+            self._server += 1
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+class AlterPartitionManager:
+    """Carries ISR proposals to the controller: one request in flight, every
+    partition queued meanwhile batched into the next (Kafka I5); top-level and
+    transport errors resend the same proposals after 50 ms."""
+
+    def __init__(self, link: ControllerLink, broker_id: int, broker_epoch: Callable[[], int],
+                 request_timeout_ms: int = 30_000, retry_ms: int = ALTER_PARTITION_RETRY_MS) -> None:
+        self.link = link
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self.request_timeout_ms = request_timeout_ms
+        self.retry_ms = retry_ms
+        self.queue = AlterPartitionQueue()
+        self.requests_sent = 0
+        self._futures: dict[PartitionKey, asyncio.Future] = {}
+        self._task: asyncio.Task | None = None
+        self._retry: asyncio.TimerHandle | None = None
+        self._closed = False
+
+    async def submit(self, topic: str, partition: int, leader_epoch: int, partition_epoch: int,
+                     new_isr_with_epochs: list[dict], leader_recovery_state: int = 0) -> dict:
+        """Triggered by a leader's ISR decision. Returns the controller's
+        per-partition result; raises KafkaError(OPERATION_NOT_ATTEMPTED) when a
+        change for this partition is already queued or in flight, or a
+        non-retriable error when the request cannot be sent at all."""
+        if self._closed:
+            raise KafkaError(ErrorCode.NETWORK_EXCEPTION, "broker is shutting down")
+        item = AlterPartitionItem(topic, partition, leader_epoch, partition_epoch,
+                                  [dict(e) for e in new_isr_with_epochs], leader_recovery_state)
+        if not self.queue.submit(item):
+            raise KafkaError(ErrorCode.OPERATION_NOT_ATTEMPTED,
+                             f"an ISR change for {topic}-{partition} is already queued")
+        fut = asyncio.get_running_loop().create_future()
+        self._futures[(topic, partition)] = fut
+        self._maybe_send()
+        return await asyncio.shield(fut)
+
+    def _maybe_send(self) -> None:
+        self._retry = None
+        if self._closed or self._task is not None:
+            return
+        epoch = self.broker_epoch()
+        if epoch < 0:
+            self._schedule_retry()
+            return
+        body = self.queue.maybe_build_request(self.broker_id, epoch)
+        if body is not None:
+            self.requests_sent += 1
+            self._task = asyncio.ensure_future(self._send(body))
+
+    def _schedule_retry(self) -> None:
+        if self._retry is None and not self._closed:
+            self._retry = asyncio.get_running_loop().call_later(self.retry_ms / 1000, self._maybe_send)
+
+    async def _send(self, body: dict[str, Any]) -> None:
+        try:
+            try:
+                resp = await self.link.request(ApiKey.ALTER_PARTITION, body, self.request_timeout_ms)
+            except KafkaError as exc:
+                log.info("AlterPartition to controller failed (%s); resending in %d ms", exc, self.retry_ms)
+                self.queue.on_failure()
+                self._schedule_retry()
+                return
+            code = resp.get("error", 0)
+            if code and code in _FATAL_TOP_LEVEL:
+                err = KafkaError(code, resp.get("message", ""), remote=True)
+                for key in self.queue.on_fatal():
+                    self._complete(key, exc=err)
+            elif code:
+                log.info("AlterPartition refused as a whole (%s); resending in %d ms",
+                         error_name(code), self.retry_ms)
+                self.queue.on_failure()
+                self._schedule_retry()
+                return
+            else:
+                for key, result in self.queue.on_response(resp):
+                    self._complete(key, result=result)
+        finally:
+            self._task = None
+        self._maybe_send()
+
+    def _complete(self, key: PartitionKey, *, result: dict | None = None, exc: Exception | None = None) -> None:
+        fut = self._futures.pop(key, None)
+        if fut is None or fut.done():
+            return
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(result)
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._retry is not None:
+            self._retry.cancel()
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+        err = KafkaError(ErrorCode.NETWORK_EXCEPTION, "broker is shutting down")
+        for key in self.queue.drain():
+            self._complete(key, exc=err)
+        for key in list(self._futures):
+            self._complete(key, exc=err)
+
+
+class ControllerChannel:
+    """Runs the heartbeat loop and the metadata follower loop, and forwards admin requests.
+
+    `on_delta(delta)` is called after each applied MetadataFetch response;
+    `on_events(events)` receives lifecycle events (and is the place the
+    process learns of state changes)."""
+
+    def __init__(self, *, config: Config, node_id: int, image: MetadataImage, lifecycle: BrokerLifecycle,
+                 on_delta: Callable[[MetadataDelta], None], events: EventSink,
+                 metadata_offset: Callable[[MetadataImage], int] | None = None) -> None:
+        self.config = config
+        self.node_id = node_id
+        self.image = image
+        self.lifecycle = lifecycle
+        self.on_delta = on_delta
+        self.events = events
+        self.heartbeat_interval_ms = config.get_int("broker.heartbeat.interval.ms")
+        self.session_timeout_ms = config.get_int("broker.session.timeout.ms")
+        self.metadata_max_wait_ms = int(config.get("minibroker.metadata.fetch.max.wait.ms", "500"))
+        # Heartbeats carry the offset of the last applied record (-1 if none), as Kafka's.
+        self._metadata_offset = metadata_offset or (lambda img: img.offset - 1)
+        servers = controller_servers(config)
+        secret = config.get("minibroker.cluster.secret")
+        max_frame = config.get_int("socket.request.max.bytes")
+
+        def link(purpose: str) -> ControllerLink:
+            return ControllerLink(servers, secret, f"broker-{node_id}-{purpose}", max_frame)
+
+        self._control = link("lifecycle")
+        self._metadata = link("metadata")
+        self._forward = link("forward")
+        self.alter_partition = AlterPartitionManager(link("alter-partition"), node_id, lambda: lifecycle.broker_epoch)
+        self._tasks: list[asyncio.Task] = []
+        self._wake = asyncio.Event()
+        self._changed = asyncio.Event()          # set on every lifecycle change or applied metadata batch
+        self._closed = False
+        self.metadata_errors = 0
+
+    # -- lifecycle -------------------------------------------------------------
+    def start(self) -> None:
+        self._tasks = [asyncio.ensure_future(self._heartbeat_loop()),
+                       asyncio.ensure_future(self._metadata_loop())]
+
+    def _emit(self, events: list[Event]) -> None:
+        for e in events:
+            self.events(e)
+        if events:
+            self.notify()
+
+    def notify(self) -> None:
+        """Wake every `wait_for` to re-check its condition."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_for(self, cond: Callable[[], bool], timeout_ms: int | None = None) -> bool:
+        """Wait until `cond()` holds (re-checked after each lifecycle change or metadata batch)."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_ms is None else loop.time() + timeout_ms / 1000
+        while not cond():
+            if self._closed:
+                return False
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except asyncio.TimeoutError:
+                return cond()
+        return True
+
+    def set_ready_to_unfence(self) -> None:
+        self._emit(self.lifecycle.set_ready_to_unfence(now_ms()))
+        self._wake.set()
+
+    def begin_controlled_shutdown(self, reason: str) -> None:
+        self._emit(self.lifecycle.begin_controlled_shutdown(now_ms(), reason))
+        self._wake.set()
+
+    def begin_shutdown(self, reason: str) -> None:
+        self._emit(self.lifecycle.begin_shutdown(now_ms(), reason))
+
+    async def close(self) -> None:
+        self._closed = True
+        self.notify()
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        await self.alter_partition.close()
+        for l in (self._control, self._metadata, self._forward, self.alter_partition.link):
+            l.close()
+
+    # -- forwarding (KIP-590) --------------------------------------------------
+    async def forward(self, api: ApiKey, body: dict[str, Any], timeout_ms: int) -> dict[str, Any]:
+        """Send an admin request to the controller and return its response
+        body; a transport failure is a retriable KafkaError for the client."""
+        try:
+            resp = await self._forward.request(api, body, timeout_ms)
+        except KafkaError as exc:
+            if exc.code in (ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT):
+                raise KafkaError(ErrorCode.REQUEST_TIMED_OUT if exc.code is ErrorCode.REQUEST_TIMED_OUT
+                                 else ErrorCode.NOT_CONTROLLER,
+                                 f"forwarding {api.name} to the controller failed: {exc.message}") from None
+            raise
+        resp.pop("id", None)
+        return resp
+
+    async def describe_cluster(self) -> dict[str, Any]:
+        return await self.forward(ApiKey.DESCRIBE_CLUSTER, {}, 5000)
+
+    # -- loops -------------------------------------------------------------------
+    async def _heartbeat_loop(self) -> None:
+        backoff = Backoff()
+        lc = self.lifecycle
+        while not self._closed:
+            if lc.state is BrokerState.SHUTTING_DOWN:
+                return
+            if lc.needs_registration:
+                try:
+                    resp = await self._control.request(ApiKey.BROKER_REGISTRATION, lc.registration_request(),
+                                                       self.session_timeout_ms)
+                    self._emit(lc.on_registration_response(resp, now_ms()))
+                    backoff.reset()
+                    if not self.image.cluster_id:
+                        asyncio.ensure_future(self._learn_cluster())
+                except KafkaError as exc:
+                    delay = backoff.step()
+                    log.info("broker registration failed (%s); retrying in %d ms", exc, delay)
+                    await self._sleep(delay)
+                    continue
+            body = lc.heartbeat_request(self._metadata_offset(self.image))
+            self._wake.clear()
+            try:
+                resp = await self._control.request(ApiKey.BROKER_HEARTBEAT, body, self.session_timeout_ms)
+            except KafkaError as exc:
+                delay = backoff.step()
+                log.info("heartbeat to controller failed (%s); retrying in %d ms", exc, delay)
+                await self._sleep(delay)
+                continue
+            backoff.reset()
+            outcome, events = lc.on_heartbeat_response(resp, now_ms())
+            self._emit(events)
+            if outcome is HeartbeatOutcome.REGISTER:
+                log.info("controller answered %s for broker epoch %d; registering again",
+                         error_name(resp.get("error", 0)), body["broker_epoch"])
+                if lc.state in (BrokerState.PENDING_CONTROLLED_SHUTDOWN, BrokerState.SHUTTING_DOWN):
+                    self._emit(lc.begin_shutdown(now_ms(), "controller forgot this broker during shutdown"))
+                    return
+                continue
+            if outcome is HeartbeatOutcome.RETRY:
+                log.info("heartbeat refused: %s %s", error_name(resp.get("error", 0)), resp.get("message", ""))
+            await self._sleep(lc.next_heartbeat_delay_ms(self.heartbeat_interval_ms), wakeable=True)
+
+    async def _learn_cluster(self) -> None:
+        try:
+            d = await self.describe_cluster()
+        except KafkaError:
+            return
+        if not d.get("error", 0):
+            self.image.cluster_id = d.get("cluster_id", "") or ""
+            self.image.controller_id = int(d.get("controller_id", -1))
+
+    async def _sleep(self, ms: int, wakeable: bool = False) -> None:
+        if not wakeable:
+            await asyncio.sleep(ms / 1000)
+            return
+        try:
+            await asyncio.wait_for(self._wake.wait(), ms / 1000)
+        except asyncio.TimeoutError:
+            pass
+
+    async def _metadata_loop(self) -> None:
+        backoff = Backoff()
+        while not self._closed:
+            body = {"broker_id": self.node_id, "from_offset": self.image.offset,
+                    "max_wait_ms": self.metadata_max_wait_ms}
+            try:
+                resp = await self._metadata.request(ApiKey.METADATA_FETCH, body,
+                                                    self.metadata_max_wait_ms + self.session_timeout_ms)
+                code = resp.get("error", 0)
+                if code:
+                    raise KafkaError(code, resp.get("message", ""), remote=True)
+                delta = self.image.apply_wire(resp.get("records") or [], resp.get("snapshot"),
+                                              int(resp["next_offset"]))
+            except (KafkaError, MetadataError, KeyError, TypeError, ValueError) as exc:
+                self.metadata_errors += 1
+                delay = backoff.step()
+                log.info("metadata fetch from offset %d failed (%s); retrying in %d ms",
+                         body["from_offset"], exc, delay)
+                await asyncio.sleep(delay / 1000)
+                continue
+            backoff.reset()
+            try:
+                self.on_delta(delta)
+            except Exception:
+                log.exception("applying metadata delta at offset %d failed", self.image.offset)
+            self.notify()
+            if self.lifecycle.state is BrokerState.STARTING and not self.lifecycle.caught_up:
+                self._wake.set()        # let the controller see our progress promptly

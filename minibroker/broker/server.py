@@ -1,0 +1,474 @@
+"""The broker process: startup, request handlers, controlled shutdown.
+
+Owns: the listeners, the Dispatcher and its handlers, the order in which
+the broker's parts start and stop (Kafka's BrokerServer), the clean-shutdown
+marker in log.dirs (KIP-966 previous broker epoch), and answering Metadata
+from the metadata image.
+
+Must not know: replication rules (the ReplicaManager), how records are
+stored (the LogManager), the controller protocol's details beyond what
+ControllerChannel exposes.
+
+Startup, as Kafka's KRaft broker: open the listeners (ApiVersions answers
+from the first moment, reporting the state), register and catch up with the
+metadata log (STARTING), recover the logs and hand the metadata to the
+replica manager (RECOVERY), then ask to be unfenced; requests other than
+ApiVersions, ReplicaStatus and Events wait until the controller has unfenced
+the broker (RUNNING). SIGTERM/SIGINT run a controlled shutdown: heartbeats
+say want_shut_down until the controller answers should_shut_down (it moves
+leadership away first) or a timeout, then everything stops in reverse order
+and the clean-shutdown marker is written.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import socket
+from typing import Any, Awaitable, Callable
+
+import minibroker
+from minibroker.broker.clock import now_ms
+from minibroker.broker.controller_channel import BrokerLifecycle, BrokerState, ControllerChannel
+from minibroker.broker.eventlog import EventLog
+from minibroker.broker.metadata_image import MetadataDelta, MetadataImage
+from minibroker.broker.peers import InterBrokerConnections
+from minibroker.config import Config, ConfigError, parse_listeners
+from minibroker.errors import ErrorCode, KafkaError
+from minibroker.events import Event
+from minibroker.metadata import NO_LEADER
+from minibroker.net.server import Dispatcher, HandlerSpec, RequestContext, serve
+from minibroker.protocol.api import ApiKey
+
+log = logging.getLogger("minibroker.broker")
+
+CLEAN_SHUTDOWN_FILE = "minibroker-clean-shutdown.json"
+DEFAULT_CONTROLLED_SHUTDOWN_TIMEOUT_MS = 30_000
+
+
+# --------------------------------------------------------------------------
+# Listeners and the clean-shutdown marker
+# --------------------------------------------------------------------------
+
+def listener_plan(config: Config) -> tuple[dict[str, tuple[str, int]], dict[str, tuple[str, int]], str]:
+    """(bind addresses, advertised addresses, inter-broker listener name), by listener name.
+
+    A listener without an advertised entry advertises its bind address
+    (the host name when bound to 0.0.0.0); advertised names must be listeners."""
+    binds = parse_listeners(config.get("listeners"), "listeners")
+    if not binds:
+        raise ConfigError("listeners: not set (expected NAME://host:port,...)")
+    adv_spec = config.get("advertised.listeners", "")
+    advertised = parse_listeners(adv_spec, "advertised.listeners") if adv_spec.strip() else {}
+    for name in advertised:
+        if name not in binds:
+            raise ConfigError(f"advertised.listeners: {name} is not one of listeners ({', '.join(binds)})")
+    out: dict[str, tuple[str, int]] = {}
+    for name, (host, port) in binds.items():
+        if name in advertised:
+            out[name] = advertised[name]
+        else:
+            out[name] = (socket.gethostname() if host in ("0.0.0.0", "", "::") else host, port)
+    inter = (config.get("inter.broker.listener.name", "") or next(iter(binds))).upper()
+    if inter not in binds:
+        raise ConfigError(f"inter.broker.listener.name: {inter} is not one of listeners ({', '.join(binds)})")
+    return binds, out, inter
+
+
+def log_dirs(config: Config) -> list[str]:
+    dirs = config.get_list("log.dirs")
+    if not dirs:
+        raise ConfigError("log.dirs: not set")
+    if len(dirs) > 1:
+        raise ConfigError(f"log.dirs: one data directory is supported, got {len(dirs)} ({', '.join(dirs)})")
+    return dirs
+
+
+def take_clean_shutdown_epoch(dirs: list[str]) -> int:
+    """The broker epoch written at the last clean shutdown, or -1 (KIP-966).
+    The marker is removed, so a crash from here on counts as unclean."""
+    epochs: set[int] = set()
+    missing = False
+    for d in dirs:
+        path = os.path.join(d, CLEAN_SHUTDOWN_FILE)
+        try:
+            with open(path, encoding="utf-8") as f:
+                epochs.add(int(json.load(f)["broker_epoch"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            missing = True
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    for d in dirs:
+        _fsync_dir(d)
+    if missing or len(epochs) != 1:
+        return -1
+    return epochs.pop()
+
+
+def write_clean_shutdown_epoch(dirs: list[str], broker_epoch: int) -> None:
+    for d in dirs:
+        path = os.path.join(d, CLEAN_SHUTDOWN_FILE)
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({"version": 0, "broker_epoch": broker_epoch}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(d)
+
+
+def _fsync_dir(d: str) -> None:
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------
+# Adapters to the storage and data-path packages
+# --------------------------------------------------------------------------
+
+_BROKER_LOG_PROPERTIES = ("log.segment.bytes", "log.roll.ms", "log.index.interval.bytes", "log.retention.bytes",
+                          "log.retention.ms", "log.flush.interval.messages", "log.flush.interval.ms",
+                          "message.max.bytes")
+
+
+def broker_log_config(config: Config) -> Any:
+    """The broker-wide LogConfig (the log.* properties and minibroker.fsync.before.ack)."""
+    from minibroker.storage import LogConfig
+    props = {k: config.get(k) for k in _BROKER_LOG_PROPERTIES}
+    props["minibroker.flush.on.acks.all"] = config.get("minibroker.fsync.before.ack", "false")
+    return LogConfig.from_properties(props)
+
+
+def topic_log_config(image: MetadataImage, base: Any, topic: str) -> Any:
+    """A topic's LogConfig: its overrides from the metadata image over the broker's."""
+    from minibroker.storage import LogConfig
+    from minibroker.storage.log_config import PROPERTY_NAMES
+    overrides = {k: v for k, v in image.topic_configs(topic).items() if k in PROPERTY_NAMES}
+    try:
+        return LogConfig.from_properties(overrides, base=base)
+    except KafkaError as exc:
+        log.warning("topic %s: ignoring invalid log config overrides (%s)", topic, exc.message)
+        return base
+
+
+def open_log_manager(config: Config, dirs: list[str], image: MetadataImage, events: Callable[[Event], None]) -> Any:
+    """Create the LogManager over log.dirs: this recovers every log (blocking: call in a thread)."""
+    from minibroker.storage import LogManager
+    base = broker_log_config(config)
+    return LogManager(dirs[0], base, topic_config=lambda t: topic_log_config(image, base, t), event_sink=events)
+
+
+def create_replica_manager(**kw: Any) -> Any:
+    from minibroker.broker.replica_manager import ReplicaManager
+    return ReplicaManager(**kw)
+
+
+# --------------------------------------------------------------------------
+# The process
+# --------------------------------------------------------------------------
+
+class BrokerServer:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.node_id = config.get_int("node.id")
+        if self.node_id < 0:
+            raise ConfigError("node.id: must be set to a non-negative broker id")
+        self.binds, self.advertised, self.inter_broker_listener = listener_plan(config)
+        self.dirs = log_dirs(config)
+        self.secret = config.get("minibroker.cluster.secret")
+        self.max_frame_bytes = config.get_int("socket.request.max.bytes")
+        self.controlled_shutdown_timeout_ms = int(config.get(
+            "minibroker.controlled.shutdown.timeout.ms", str(DEFAULT_CONTROLLED_SHUTDOWN_TIMEOUT_MS)))
+        rack = config.get("broker.rack", "")
+        self.rack = rack or None
+        self.events = EventLog(self.node_id)
+        self.image = MetadataImage(config)
+        self.lifecycle: BrokerLifecycle | None = None
+        self.channel: ControllerChannel | None = None
+        self.peers: InterBrokerConnections | None = None
+        self.replica_manager: Any = None
+        self.log_manager: Any = None
+        self._servers: list[asyncio.AbstractServer] = []
+        self.bound: dict[str, tuple[str, int]] = {}
+        self._published = False
+        self._serving: asyncio.Event | None = None
+        self._stop: asyncio.Event | None = None
+        self._stop_reason = ""
+        self._controlled = True
+        self.dispatcher = Dispatcher(self._handlers(), secret=self.secret, role="broker",
+                                     max_frame_bytes=self.max_frame_bytes, describe=self._describe)
+
+    # -- state -----------------------------------------------------------------
+    @property
+    def state(self) -> BrokerState:
+        return self.lifecycle.state if self.lifecycle is not None else BrokerState.STARTING
+
+    def _describe(self) -> dict[str, Any]:
+        return {"node_id": self.node_id, "state": self.state.value,
+                "software": f"minibroker {minibroker.__version__}",
+                "broker_epoch": self.lifecycle.broker_epoch if self.lifecycle else -1}
+
+    def request_stop(self, reason: str, controlled: bool = True) -> None:
+        """Triggered by SIGTERM/SIGINT (controlled) or a fatal error."""
+        if self._stop is None or self._stop.is_set():
+            return
+        self._stop_reason = reason
+        self._controlled = controlled
+        self._stop.set()
+        if self.channel is not None:
+            self.channel.notify()
+
+    # -- run -------------------------------------------------------------------
+    async def run(self, install_signals: bool = True) -> int:
+        loop = asyncio.get_running_loop()
+        self.events.bind(loop)
+        self._serving = asyncio.Event()
+        self._stop = asyncio.Event()
+        if install_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.request_stop, f"received {signal.Signals(sig).name}")
+        try:
+            await self._startup()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if not self._stop.is_set():
+                log.exception("broker %d failed to start: %s", self.node_id, exc)
+                await self._shutdown(clean=False)
+                return 1
+        await self._stop.wait()
+        log.info("broker %d stopping: %s", self.node_id, self._stop_reason)
+        await self._shutdown(clean=True)
+        return 0
+
+    async def _startup(self) -> None:
+        assert self._stop is not None
+        previous_epoch = await asyncio.to_thread(self._prepare_dirs)
+        for name, (host, port) in self.binds.items():
+            srv = await serve(self.dispatcher, host, port, name)
+            self._servers.append(srv)
+            bhost, bport = srv.sockets[0].getsockname()[:2]
+            self.bound[name] = (bhost, bport)
+            if self.advertised[name][1] == 0:
+                self.advertised[name] = (self.advertised[name][0], bport)
+        log.info("broker %d listening on %s (inter-broker listener %s)", self.node_id,
+                 ", ".join(f"{n}://{h}:{p}" for n, (h, p) in self.bound.items()), self.inter_broker_listener)
+        self.lifecycle = BrokerLifecycle(
+            node_id=self.node_id, rack=self.rack,
+            listeners=[{"name": n, "host": h, "port": p} for n, (h, p) in self.advertised.items()],
+            previous_broker_epoch=previous_epoch)
+        self.peers = InterBrokerConnections(node_id=self.node_id, image=self.image,
+                                            listener=self.inter_broker_listener, secret=self.secret,
+                                            max_frame_bytes=self.max_frame_bytes)
+        self.channel = ControllerChannel(config=self.config, node_id=self.node_id, image=self.image,
+                                         lifecycle=self.lifecycle, on_delta=self._on_delta, events=self._emit_state)
+        self.channel.start()
+        # STARTING: registered and caught up with the metadata log.
+        if not await self._until(lambda: self.lifecycle.caught_up):
+            return
+        # RECOVERY: logs, replica manager, first full publish of the metadata.
+        self.log_manager = await asyncio.to_thread(open_log_manager, self.config, self.dirs, self.image,
+                                                   self.events.emit)
+        self.replica_manager = create_replica_manager(
+            node_id=self.node_id, config=self.config, log_manager=self.log_manager, image=self.image,
+            alter_partition=self.channel.alter_partition, peers=self.peers, events=self.events.emit,
+            broker_epoch=lambda: self.lifecycle.broker_epoch)
+        await self.replica_manager.start()
+        self._published = True
+        self.replica_manager.on_metadata(list(self.image.partitions.values()), list(self.image.brokers.values()),
+                                         now_ms())
+        self.channel.set_ready_to_unfence()
+        if not await self._until(lambda: self.state is not BrokerState.RECOVERY):
+            return
+        if self.state is BrokerState.RUNNING:
+            self._serving.set()
+
+    async def _until(self, cond: Callable[[], bool]) -> bool:
+        """Wait for cond() or a stop request; True if cond() holds."""
+        assert self.channel is not None and self._stop is not None
+        waiter = asyncio.ensure_future(self.channel.wait_for(lambda: cond() or self._stop.is_set()))
+        await waiter
+        return cond() and not self._stop.is_set()
+
+    def _prepare_dirs(self) -> int:
+        for d in self.dirs:
+            os.makedirs(d, exist_ok=True)
+        return take_clean_shutdown_epoch(self.dirs)
+
+    def _emit_state(self, event: Event) -> None:
+        self.events.emit(event)
+        if event.kind == "broker_state":
+            if event.after == BrokerState.RUNNING.value and self._serving is not None:
+                self._serving.set()
+
+    def _on_delta(self, delta: MetadataDelta) -> None:
+        """Triggered after each applied MetadataFetch response."""
+        if not self._published or self.replica_manager is None:
+            return
+        if delta.partitions or delta.brokers:
+            self.replica_manager.on_metadata(delta.partitions, delta.brokers, now_ms())
+        if delta.removed_partitions and hasattr(self.replica_manager, "on_partitions_removed"):
+            self.replica_manager.on_partitions_removed(delta.removed_partitions, now_ms())
+
+    async def _shutdown(self, clean: bool) -> None:
+        ch = self.channel
+        if ch is not None and self._controlled and self.lifecycle is not None \
+                and self.lifecycle.broker_epoch >= 0:
+            ch.begin_controlled_shutdown(self._stop_reason or "shutdown requested")
+            done = await ch.wait_for(lambda: self.state is BrokerState.SHUTTING_DOWN,
+                                     self.controlled_shutdown_timeout_ms)
+            if not done:
+                log.info("broker %d: controlled shutdown did not complete within %d ms; stopping anyway",
+                         self.node_id, self.controlled_shutdown_timeout_ms)
+        if ch is not None:
+            ch.begin_shutdown(self._stop_reason or "shutdown")
+        for srv in self._servers:
+            srv.close()
+        for conn in list(self.dispatcher.connections):
+            if conn.transport is not None:
+                conn.transport.abort()
+        if ch is not None:
+            await ch.close()
+        ok = clean
+        if self.replica_manager is not None:
+            try:
+                await self.replica_manager.shutdown()
+            except Exception:
+                ok = False
+                log.exception("replica manager shutdown failed")
+        elif self.log_manager is not None and hasattr(self.log_manager, "shutdown"):
+            try:
+                await asyncio.to_thread(self.log_manager.shutdown)
+            except Exception:
+                ok = False
+                log.exception("log manager shutdown failed")
+        if self.peers is not None:
+            self.peers.close()
+        epoch = self.lifecycle.broker_epoch if self.lifecycle is not None else -1
+        if ok and epoch >= 0 and self.log_manager is not None:
+            await asyncio.to_thread(write_clean_shutdown_epoch, self.dirs, epoch)
+        log.info("broker %d stopped%s", self.node_id, " cleanly" if ok else "")
+
+    # -- handlers ----------------------------------------------------------------
+    def _handlers(self) -> dict[ApiKey, HandlerSpec]:
+        return {
+            ApiKey.PRODUCE: HandlerSpec(self._gated(self._produce)),
+            ApiKey.FETCH: HandlerSpec(self._gated(self._fetch)),
+            ApiKey.LIST_OFFSETS: HandlerSpec(self._gated(self._list_offsets)),
+            ApiKey.METADATA: HandlerSpec(self._gated(self._metadata)),
+            ApiKey.CREATE_TOPICS: HandlerSpec(self._gated(self._create_topics)),
+            ApiKey.ELECT_LEADERS: HandlerSpec(self._gated(self._elect_leaders)),
+            ApiKey.DESCRIBE_CLUSTER: HandlerSpec(self._gated(self._describe_cluster)),
+            ApiKey.REPLICA_STATUS: HandlerSpec(self._replica_status),
+            ApiKey.EVENTS: HandlerSpec(self._events),
+        }
+
+    def _gated(self, fn: Callable[[RequestContext, dict], Awaitable[dict | None]]):
+        async def handler(ctx: RequestContext, body: dict) -> dict | None:
+            if self._serving is None or not self._serving.is_set():
+                if self._serving is None:
+                    raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, "broker is starting")
+                await self._serving.wait()
+            return await fn(ctx, body)
+        return handler
+
+    async def _produce(self, ctx: RequestContext, body: dict) -> dict | None:
+        return await self.replica_manager.handle_produce(ctx, body)
+
+    async def _fetch(self, ctx: RequestContext, body: dict) -> dict:
+        if body.get("replica_id", -1) >= 0:
+            ctx.require_privileged()
+        return await self.replica_manager.handle_fetch(ctx, body)
+
+    async def _list_offsets(self, ctx: RequestContext, body: dict) -> dict:
+        if body.get("replica_id", -1) >= 0:
+            ctx.require_privileged()
+        return await self.replica_manager.handle_list_offsets(ctx, body)
+
+    async def _metadata(self, ctx: RequestContext, body: dict) -> dict:
+        return metadata_response(self.image, ctx.listener, body.get("topics"))
+
+    async def _create_topics(self, ctx: RequestContext, body: dict) -> dict:
+        assert self.channel is not None
+        timeout_ms = max(0, body.get("timeout_ms", 30_000))
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        resp = await self.channel.forward(ApiKey.CREATE_TOPICS, body, timeout_ms + 5000)
+        if resp.get("error", 0) or body.get("validate_only"):
+            return resp
+        created = [t["topic"] for t in resp.get("topics", []) if not t.get("error", 0)]
+        if created:
+            remaining = max(0, int(timeout_ms - (loop.time() - start) * 1000))
+            await self.channel.wait_for(lambda: all(self._topic_visible(t) for t in created), remaining)
+        return resp
+
+    def _topic_visible(self, topic: str) -> bool:
+        t = self.image.topics.get(topic)
+        return t is not None and len(self.image.partitions_of(topic)) >= t.num_partitions
+
+    async def _elect_leaders(self, ctx: RequestContext, body: dict) -> dict:
+        assert self.channel is not None
+        return await self.channel.forward(ApiKey.ELECT_LEADERS, body, max(0, body.get("timeout_ms", 30_000)) + 5000)
+
+    async def _describe_cluster(self, ctx: RequestContext, body: dict) -> dict:
+        assert self.channel is not None
+        return await self.channel.forward(ApiKey.DESCRIBE_CLUSTER, body, 30_000)
+
+    async def _replica_status(self, ctx: RequestContext, body: dict) -> dict:
+        if self.replica_manager is None:
+            return {"node_id": self.node_id, "partitions": []}
+        return self.replica_manager.replica_status(body.get("topics"))
+
+    async def _events(self, ctx: RequestContext, body: dict) -> dict:
+        max_wait = min(max(0, body["max_wait_ms"]), 60_000)
+        return await self.events.poll(body["from_seq"], max_wait, max(0, min(body["max_events"], 10_000)))
+
+
+def metadata_response(image: MetadataImage, listener: str, topics: list[str] | None) -> dict[str, Any]:
+    """The Metadata API answered from the image, with broker addresses on `listener`."""
+    brokers = []
+    for b in sorted(image.brokers.values(), key=lambda b: b.broker_id):
+        if b.fenced:
+            continue
+        ep = b.endpoint(listener)
+        if ep is not None:
+            brokers.append({"node_id": b.broker_id, "host": ep.host, "port": ep.port, "rack": b.rack})
+    names = sorted(image.topics) if topics is None else topics
+    out_topics = []
+    for name in names:
+        t = image.topics.get(name)
+        if t is None:
+            out_topics.append({"topic": name, "error": int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                               "configs": {}, "partitions": []})
+            continue
+        parts = []
+        for p in image.partitions_of(name):
+            offline = []
+            for r in p.replicas:
+                b = image.brokers.get(r)
+                if b is None or b.fenced or b.endpoint(listener) is None:
+                    offline.append(r)
+            leader_ok = p.leader != NO_LEADER and image.endpoint(p.leader, listener) is not None
+            parts.append({
+                "partition": p.partition,
+                "error": 0 if leader_ok else int(ErrorCode.LEADER_NOT_AVAILABLE),
+                "leader": p.leader if leader_ok else NO_LEADER,
+                "leader_epoch": p.leader_epoch, "partition_epoch": p.partition_epoch,
+                "replicas": list(p.replicas), "isr": list(p.isr), "elr": list(p.elr),
+                "last_known_elr": list(p.last_known_elr), "offline_replicas": offline,
+            })
+        out_topics.append({"topic": name, "error": 0, "configs": dict(t.configs), "partitions": parts})
+    return {"brokers": brokers, "cluster_id": image.cluster_id, "controller_id": image.controller_id,
+            "topics": out_topics}

@@ -1,0 +1,252 @@
+"""The producer's record accumulator: batching by partition, linger and size.
+
+Owns: a queue of open and closed batches per partition, the bytes they hold
+(`buffer.memory`), which partitions are ready to send (`linger.ms` passed,
+`batch.size` reached, a flush or close asked for, memory exhausted, a
+retry's back-off over) and the draining of ready batches into per-broker
+requests. Pure: every method takes `now_ms`; the driver (producer.py) owns
+the clock, the sockets and the futures, which it attaches to each batch
+through the `new_waiter` factory.
+
+Must not know how batches are encoded or sent, nor what a broker answered
+beyond "retry this batch" (`reenqueue`) or "done" (`release`).
+Mirrors Kafka's RecordAccumulator (ready / drain / reenqueue / expiredBatches).
+"""
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from minibroker.client.retry import Backoff
+from minibroker.client.types import TopicPartition
+
+RECORD_OVERHEAD = 16        # per-record framing estimate (msgpack array, offset delta, timestamp)
+BATCH_OVERHEAD = 61         # header estimate (as Kafka's RecordBatch header)
+
+LeaderOf = Callable[[TopicPartition], "int | None"]
+
+
+class BufferFull(Exception):
+    """`buffer.memory` is used up; the caller waits for batches to complete (max.block.ms)."""
+
+
+def record_size(key: bytes | None, value: bytes | None, headers: Any) -> int:
+    size = RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
+    if headers:
+        for hk, hv in headers:
+            size += len(hk) + (len(hv) if hv else 0) + 4
+    return size
+
+
+class ProducerBatch:
+    """Records for one partition that travel and are acknowledged together.
+
+    Invariants: `records` only grows while the batch is the last of its
+    partition's queue and not `closed`; `attempts` counts sends so far;
+    `retry_at_ms` is 0 until the first retry."""
+
+    __slots__ = ("tp", "records", "size", "max_size", "created_ms", "retry_at_ms", "attempts",
+                 "closed", "waiter", "last_error")
+
+    def __init__(self, tp: TopicPartition, max_size: int, created_ms: int, waiter: Any) -> None:
+        self.tp = tp
+        self.records: list[tuple[bytes | None, bytes | None, int, Any]] = []
+        self.size = BATCH_OVERHEAD
+        self.max_size = max_size
+        self.created_ms = created_ms
+        self.retry_at_ms = 0
+        self.attempts = 0
+        self.closed = False
+        self.waiter = waiter
+        self.last_error = 0
+
+    def try_append(self, key: bytes | None, value: bytes | None, timestamp_ms: int, headers: Any,
+                   size: int) -> int:
+        """Append if it fits (a first record always fits); returns its index or -1."""
+        if self.closed or (self.records and self.size + size > self.max_size):
+            return -1
+        self.records.append((key, value, timestamp_ms, headers))
+        self.size += size
+        return len(self.records) - 1
+
+    @property
+    def full(self) -> bool:
+        return self.closed or self.size >= self.max_size
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __repr__(self) -> str:
+        return f"ProducerBatch({self.tp}, records={len(self.records)}, size={self.size}, attempts={self.attempts})"
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    batch: ProducerBatch
+    index: int
+    new_batch: bool        # a batch was opened: the sender must arm its linger timer
+    batch_full: bool       # the batch that took the record is full: the sender may go now
+
+
+@dataclass(frozen=True)
+class ReadyCheck:
+    nodes: frozenset[int]
+    next_delay_ms: int                     # when to look again if nothing else happens
+    unknown_leader_topics: frozenset[str]
+
+
+NO_DELAY_BOUND = 2**31
+
+
+class RecordAccumulator:
+    """Invariant: `buffered_bytes` is the sum of `size` over every batch
+    appended to and not yet released (queued or in flight)."""
+
+    def __init__(self, *, batch_size: int = 16384, linger_ms: int = 5, buffer_memory: int = 33_554_432,
+                 delivery_timeout_ms: int = 120_000, backoff: Backoff = Backoff(),
+                 new_waiter: Callable[[], Any] = lambda: None,
+                 rand: Callable[[], float] = random.random) -> None:
+        self.batch_size = batch_size
+        self.linger_ms = linger_ms
+        self.buffer_memory = buffer_memory
+        self.delivery_timeout_ms = delivery_timeout_ms
+        self.backoff = backoff
+        self.new_waiter = new_waiter
+        self.rand = rand
+        self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self._muted: set[TopicPartition] = set()
+        self._drain_index = 0
+        self.buffered_bytes = 0
+        self.flushing = 0          # Invariant: > 0 while some flush() waits; makes every batch ready
+        self.closing = False
+        self.memory_waiters = 0    # > 0 while a send() waits for memory; makes every batch ready
+
+    # -- appending ---------------------------------------------------------
+
+    def append(self, tp: TopicPartition, key: bytes | None, value: bytes | None, headers: Any,
+               timestamp_ms: int, now_ms: int) -> AppendResult:
+        """Called by send(): put one record in its partition's open batch, or open one."""
+        size = record_size(key, value, headers)
+        if self.buffered_bytes and self.buffered_bytes + size > self.buffer_memory:
+            raise BufferFull(f"buffer.memory={self.buffer_memory} exhausted")
+        q = self._queues.get(tp)
+        if q is None:
+            q = self._queues[tp] = deque()
+        if q:
+            last = q[-1]
+            idx = last.try_append(key, value, timestamp_ms, headers, size)
+            if idx >= 0:
+                self.buffered_bytes += size
+                return AppendResult(last, idx, False, last.full)
+            last.closed = True
+        batch = ProducerBatch(tp, self.batch_size, now_ms, self.new_waiter())
+        batch.try_append(key, value, timestamp_ms, headers, size)
+        self.buffered_bytes += batch.size
+        q.append(batch)
+        return AppendResult(batch, 0, True, batch.full)
+
+    # -- readiness and draining ----------------------------------------------
+
+    def ready(self, now_ms: int, leader_of: LeaderOf) -> ReadyCheck:
+        """Which brokers have at least one sendable batch, and when to check again."""
+        nodes: set[int] = set()
+        unknown: set[str] = set()
+        next_delay = NO_DELAY_BOUND
+        force = self.flushing > 0 or self.closing or self.memory_waiters > 0
+        for tp, q in self._queues.items():
+            if not q or tp in self._muted:
+                continue
+            leader = leader_of(tp)
+            if leader is None:
+                unknown.add(tp.topic)
+                continue
+            if leader in nodes:
+                continue
+            head = q[0]
+            if head.retry_at_ms > now_ms:
+                next_delay = min(next_delay, head.retry_at_ms - now_ms)
+                continue
+            full = len(q) > 1 or head.full
+            wait_left = head.created_ms + self.linger_ms - now_ms if head.attempts == 0 else 0
+            if full or force or wait_left <= 0:
+                nodes.add(leader)
+            else:
+                next_delay = min(next_delay, wait_left)
+        return ReadyCheck(frozenset(nodes), next_delay, frozenset(unknown))
+
+    def drain(self, now_ms: int, nodes: set[int] | frozenset[int], leader_of: LeaderOf,
+              max_request_size: int) -> dict[int, list[ProducerBatch]]:
+        """Take at most one ready batch per partition for each of `nodes`, up to
+        `max_request_size` per request (the first batch always goes)."""
+        out: dict[int, list[ProducerBatch]] = {n: [] for n in nodes}
+        sizes: dict[int, int] = {n: 0 for n in nodes}
+        tps = list(self._queues)
+        if not tps:
+            return {}
+        start = self._drain_index % len(tps)
+        self._drain_index += 1
+        for i in range(len(tps)):
+            tp = tps[(start + i) % len(tps)]
+            q = self._queues[tp]
+            if not q or tp in self._muted:
+                continue
+            leader = leader_of(tp)
+            if leader not in out:
+                continue
+            head = q[0]
+            if head.retry_at_ms > now_ms:
+                continue
+            if out[leader] and sizes[leader] + head.size > max_request_size:
+                continue
+            q.popleft()
+            head.closed = True
+            head.attempts += 1
+            sizes[leader] += head.size
+            out[leader].append(head)
+        return {n: bs for n, bs in out.items() if bs}
+
+    def reenqueue(self, batch: ProducerBatch, now_ms: int) -> None:
+        """A sent batch failed retriably: back to the front of its queue, after a back-off."""
+        batch.retry_at_ms = now_ms + self.backoff.delay_ms(batch.attempts - 1, self.rand())
+        q = self._queues.setdefault(batch.tp, deque())
+        q.appendleft(batch)
+
+    def release(self, batch: ProducerBatch) -> None:
+        """A batch is done (acknowledged or failed for good): free its memory."""
+        self.buffered_bytes -= batch.size
+
+    def expired(self, now_ms: int) -> list[ProducerBatch]:
+        """Queued batches whose `delivery.timeout.ms` has passed; removed from the queues."""
+        out: list[ProducerBatch] = []
+        for q in self._queues.values():
+            while q and now_ms - q[0].created_ms >= self.delivery_timeout_ms:
+                b = q.popleft()
+                b.closed = True
+                out.append(b)
+        return out
+
+    def abort_all(self) -> list[ProducerBatch]:
+        """Every queued batch, removed (used when the producer is closed without flushing)."""
+        out = [b for q in self._queues.values() for b in q]
+        for b in out:
+            b.closed = True
+        self._queues.clear()
+        return out
+
+    # -- ordering (max.in.flight.requests.per.connection=1) -------------------
+
+    def mute(self, tp: TopicPartition) -> None:
+        self._muted.add(tp)
+
+    def unmute(self, tp: TopicPartition) -> None:
+        self._muted.discard(tp)
+
+    # -- introspection ------------------------------------------------------
+
+    def has_queued(self) -> bool:
+        return any(self._queues.values())
+
+    def queued_batches(self, tp: TopicPartition) -> int:
+        return len(self._queues.get(tp, ()))

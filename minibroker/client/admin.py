@@ -1,0 +1,213 @@
+"""The admin client: topics, offsets, elections, cluster and replica views.
+
+Owns nothing long-lived beyond its `ClientNetwork`. Calls any broker for
+what any broker answers (CreateTopics and ElectLeaders are forwarded to the
+controller, KIP-590), each leader for ListOffsets, and a given broker for
+ReplicaStatus / Events / ApiVersions. Retriable failures are retried on
+another broker until `default.api.timeout.ms`.
+"""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from minibroker.client.config import ADMIN_DEFAULTS, client_config
+from minibroker.client.describe import BrokerDescription, TopicDescription, describe_from_metadata
+from minibroker.client.metadata import parse_topic
+from minibroker.client.network import Address, ClientNetwork, now_ms
+from minibroker.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OffsetResult, list_offsets
+from minibroker.client.retry import is_retriable
+from minibroker.client.types import TopicPartition
+from minibroker.config import parse_hostport
+from minibroker.errors import ErrorCode, KafkaError
+from minibroker.net.connection import check
+from minibroker.protocol.api import ApiKey
+
+ELECTION_TYPES = {"preferred": 0, "unclean": 1}
+
+
+@dataclass(frozen=True)
+class NewTopic:
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: Mapping[str, str] = field(default_factory=dict)
+    assignments: list[list[int]] | None = None
+
+
+@dataclass(frozen=True)
+class ClusterDescription:
+    cluster_id: str | None
+    controller_id: int
+    brokers: tuple[BrokerDescription, ...]
+
+
+class Admin:
+    """`async with Admin("127.0.0.1:9092") as admin: await admin.create_topic("orders", 3, 3)`."""
+
+    def __init__(self, bootstrap_servers: str | list[str] | None = None,
+                 config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        cfg = dict(config or {})
+        if bootstrap_servers is not None:
+            cfg["bootstrap.servers"] = bootstrap_servers if isinstance(bootstrap_servers, str) \
+                else ",".join(bootstrap_servers)
+        self.cfg = client_config(ADMIN_DEFAULTS, cfg, kwargs)
+        self.net = ClientNetwork(self.cfg, all_topics=True)
+        self.api_timeout_ms = self.cfg.get_int("default.api.timeout.ms")
+
+    async def __aenter__(self) -> "Admin":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self.net.close()
+
+    # -- plumbing ----------------------------------------------------------------
+
+    async def _any(self, api: ApiKey, body: dict[str, Any], timeout_ms: int | None = None) -> dict[str, Any]:
+        """Send to any broker, retrying retriable whole-request failures until the API timeout."""
+        deadline = now_ms() + (timeout_ms or self.api_timeout_ms)
+        while True:
+            try:
+                _, resp = await self.net.request_any(api, body)
+                return check(resp)
+            except KafkaError as exc:
+                if not exc.retriable or now_ms() >= deadline:
+                    raise
+            await asyncio.sleep(self.net.cache.refresh_backoff_ms / 1000)
+
+    async def metadata(self, topics: list[str] | None = None) -> dict[str, Any]:
+        return await self._any(ApiKey.METADATA, {"topics": topics})
+
+    # -- topics ------------------------------------------------------------------
+
+    async def create_topics(self, topics: Iterable[NewTopic], *, validate_only: bool = False,
+                            timeout_ms: int = 30_000) -> dict[str, KafkaError | None]:
+        """Returns each topic's error (None = created)."""
+        body = {"topics": [{"topic": t.name, "num_partitions": t.num_partitions,
+                            "replication_factor": t.replication_factor,
+                            "assignments": t.assignments, "configs": dict(t.configs) or None}
+                           for t in topics],
+                "timeout_ms": timeout_ms, "validate_only": validate_only}
+        resp = await self._any(ApiKey.CREATE_TOPICS, body)
+        return {t["topic"]: (KafkaError(t["error"], t.get("message") or "", remote=True) if t.get("error") else None)
+                for t in resp.get("topics", ())}
+
+    async def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
+                           configs: Mapping[str, str] | None = None, *, assignments: list[list[int]] | None = None,
+                           wait: bool = True, if_not_exists: bool = False) -> None:
+        """Create one topic (raising its error); with `wait`, return once every partition has a leader."""
+        res = await self.create_topics([NewTopic(name, num_partitions, replication_factor, configs or {},
+                                                 assignments)])
+        err = res.get(name)
+        if err is not None and not (if_not_exists and err.code == ErrorCode.TOPIC_ALREADY_EXISTS):
+            raise err
+        if wait:
+            await self.wait_for_leaders(name)
+
+    async def wait_for_leaders(self, topic: str, timeout_ms: int | None = None) -> None:
+        """Until the topic's metadata shows a leader for every partition."""
+        def ready() -> bool:
+            tm = self.net.cache.topics.get(topic)
+            return tm is not None and not tm.error and bool(tm.partitions) and all(
+                pm.leader >= 0 for pm in tm.partitions)
+        await self.net.wait_for(ready, timeout_ms or self.api_timeout_ms, f"leaders of topic {topic}")
+
+    async def list_topics(self) -> list[str]:
+        resp = await self.metadata(None)
+        return sorted(t["topic"] for t in resp.get("topics", ()) if not t.get("error"))
+
+    async def describe_topics(self, topics: list[str] | None = None) -> list[TopicDescription]:
+        """Topic and partition descriptions from Metadata (sorted by name, partitions by id).
+        A named topic that does not exist raises UNKNOWN_TOPIC_OR_PARTITION."""
+        resp = await self.metadata(topics)
+        out = describe_from_metadata(resp)
+        for t in resp.get("topics", ()):
+            if t.get("error") and (topics is not None):
+                raise KafkaError(t["error"], f"topic {t['topic']}", remote=True)
+        return out
+
+    # -- cluster -----------------------------------------------------------------
+
+    async def describe_cluster(self) -> ClusterDescription:
+        resp = await self._any(ApiKey.DESCRIBE_CLUSTER, {})
+        return ClusterDescription(resp.get("cluster_id"), resp.get("controller_id", -1), tuple(
+            BrokerDescription(b["node_id"], b["host"], b["port"], b.get("rack") or None,
+                              b.get("fenced", False), b.get("broker_epoch", -1))
+            for b in sorted(resp.get("brokers", ()), key=lambda b: b["node_id"])))
+
+    async def brokers(self) -> dict[int, Address]:
+        """Live brokers from Metadata: node id -> (host, port) on this listener."""
+        resp = await self.metadata([])
+        return {b["node_id"]: (b["host"], b["port"]) for b in resp.get("brokers", ())}
+
+    # -- offsets ------------------------------------------------------------------
+
+    async def list_offsets(self, specs: Mapping[TopicPartition, int], *,
+                           timeout_ms: int | None = None) -> dict[TopicPartition, OffsetResult]:
+        """`{tp: LATEST_TIMESTAMP | EARLIEST_TIMESTAMP}` -> offsets (latest = the high watermark)."""
+        await self.net.refresh_metadata()
+        return await list_offsets(self.net, specs, timeout_ms=timeout_ms or self.api_timeout_ms)
+
+    async def topic_offsets(self, topic: str, timestamp: int = LATEST_TIMESTAMP,
+                            partitions: Iterable[int] | None = None) -> dict[int, int]:
+        resp = await self.metadata([topic])
+        tm = parse_topic(resp["topics"][0]) if resp.get("topics") else None
+        if tm is None or tm.error:
+            raise KafkaError(tm.error if tm else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic}", remote=True)
+        parts = [pm.partition for pm in tm.partitions]
+        if partitions is not None:
+            wanted = list(partitions)
+            for p in wanted:
+                if p not in parts:
+                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has no partition {p}")
+            parts = wanted
+        self.net.want_topics([topic])
+        res = await self.list_offsets({TopicPartition(topic, p): timestamp for p in parts})
+        return {tp.partition: r.offset for tp, r in sorted(res.items())}
+
+    # -- elections ------------------------------------------------------------------
+
+    async def elect_leaders(self, election_type: str, partitions: Iterable[TopicPartition] | None = None,
+                            timeout_ms: int = 30_000) -> dict[TopicPartition, KafkaError | None]:
+        """Preferred or unclean election (None = all partitions); each partition's error or None."""
+        et = ELECTION_TYPES[election_type]
+        topics = None
+        if partitions is not None:
+            grouped: dict[str, list[int]] = {}
+            for tp in partitions:
+                grouped.setdefault(tp.topic, []).append(tp.partition)
+            topics = [{"topic": t, "partitions": ps} for t, ps in grouped.items()]
+        resp = await self._any(ApiKey.ELECT_LEADERS, {"election_type": et, "topics": topics, "timeout_ms": timeout_ms})
+        out: dict[TopicPartition, KafkaError | None] = {}
+        for t in resp.get("results", ()):
+            for p in t.get("partitions", ()):
+                code = p.get("error", 0)
+                out[TopicPartition(t["topic"], p["partition"])] = (
+                    KafkaError(code, p.get("message") or "", remote=True) if code else None)
+        return out
+
+    # -- per-broker observability -------------------------------------------------------
+
+    async def api_versions(self, address: str | Address) -> dict[str, Any]:
+        addr = parse_hostport(address) if isinstance(address, str) else address
+        return check(await self.net.request_address(addr, ApiKey.API_VERSIONS, {}, channel="meta"))
+
+    async def replica_status(self, address: str | Address, topics: list[str] | None = None) -> dict[str, Any]:
+        addr = parse_hostport(address) if isinstance(address, str) else address
+        return check(await self.net.request_address(addr, ApiKey.REPLICA_STATUS, {"topics": topics}, channel="meta"))
+
+    async def events(self, address: str | Address, from_seq: int = 0, max_wait_ms: int = 0,
+                     max_events: int = 1000) -> dict[str, Any]:
+        """One Events long-poll on its own connection (so it never delays other calls)."""
+        addr = parse_hostport(address) if isinstance(address, str) else address
+        return check(await self.net.request_address(
+            addr, ApiKey.EVENTS, {"from_seq": from_seq, "max_wait_ms": max_wait_ms, "max_events": max_events},
+            channel="events", timeout_ms=max_wait_ms + self.net.request_timeout_ms))
+
+
+def retriable(exc: BaseException) -> bool:
+    return isinstance(exc, KafkaError) and is_retriable(int(exc.code))

@@ -1,0 +1,90 @@
+"""Client configuration by Kafka's property names, with Kafka's defaults.
+
+Producers, consumers and admin clients take a mapping of Kafka property
+names (`{"acks": "all", "linger.ms": 5}`) and/or keyword arguments with
+underscores for dots (`linger_ms=5`). Values are read through
+`minibroker.config.Config`'s typed getters, so a bad value names its property.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from minibroker.config import Config, ConfigError, parse_hostport
+
+COMMON_DEFAULTS: dict[str, str] = {
+    "bootstrap.servers": "127.0.0.1:9092",
+    "client.id": "minibroker-client",
+    "request.timeout.ms": "30000",
+    "metadata.max.age.ms": "300000",
+    "retry.backoff.ms": "100",
+    "retry.backoff.max.ms": "1000",
+    "reconnect.backoff.ms": "50",
+    "reconnect.backoff.max.ms": "1000",
+    "socket.connection.setup.timeout.ms": "10000",
+    "default.api.timeout.ms": "60000",
+}
+
+PRODUCER_DEFAULTS: dict[str, str] = {
+    **COMMON_DEFAULTS,
+    "acks": "all",
+    "linger.ms": "5",                       # KIP-1030: 5 since Kafka 4.0
+    "batch.size": "16384",
+    "buffer.memory": "33554432",
+    "max.request.size": "1048576",
+    "max.block.ms": "60000",
+    "retries": "2147483647",
+    "delivery.timeout.ms": "120000",
+    "max.in.flight.requests.per.connection": "5",
+    "partitioner.ignore.keys": "false",
+}
+
+CONSUMER_DEFAULTS: dict[str, str] = {
+    **COMMON_DEFAULTS,
+    "auto.offset.reset": "latest",
+    "client.rack": "",
+    "fetch.min.bytes": "1",
+    "fetch.max.wait.ms": "500",
+    "fetch.max.bytes": "52428800",
+    "max.partition.fetch.bytes": "1048576",
+    "max.poll.records": "500",
+}
+
+ADMIN_DEFAULTS: dict[str, str] = dict(COMMON_DEFAULTS)
+
+
+def client_config(defaults: Mapping[str, str], config: Mapping[str, Any] | None,
+                  kwargs: Mapping[str, Any]) -> Config:
+    """Merge defaults, a Kafka-named mapping and underscore keyword arguments."""
+    props = dict(defaults)
+    for source in (config or {}), {k.replace("_", "."): v for k, v in kwargs.items()}:
+        for k, v in source.items():
+            if k not in defaults:
+                raise ConfigError(f"{k}: unknown client property")
+            props[k] = _to_str(v)
+    return Config(props)
+
+
+def _to_str(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (list, tuple)):
+        return ",".join(str(x) for x in v)
+    return str(v)
+
+
+def parse_bootstrap(spec: str | list[str] | tuple[str, ...]) -> list[tuple[str, int]]:
+    """`host:port,host:port` (or a list of them) -> [(host, port)]."""
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    out = [parse_hostport(s) for s in (i.strip() for i in items) if s]
+    if not out:
+        raise ConfigError("bootstrap.servers: no address given")
+    return out
+
+
+def parse_acks(v: str | int) -> int:
+    s = str(v).strip().lower()
+    if s in ("all", "-1"):
+        return -1
+    if s in ("0", "1"):
+        return int(s)
+    raise ConfigError(f"acks: expected all, -1, 0 or 1, got {v!r}")

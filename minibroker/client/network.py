@@ -1,0 +1,246 @@
+"""The client's network: connections to brokers and metadata refreshes.
+
+Owns: one `minibroker.net.connection.Connection` per (broker address,
+channel), reconnect back-off per address, the bootstrap list, the
+`MetadataCache` and the task that keeps it fresh (on request, on errors of
+the InvalidMetadata family, and every `metadata.max.age.ms`).
+
+Channels keep long-polls from blocking other traffic: the broker answers a
+connection's requests in order, so a parked Fetch would hold back a
+Metadata request behind it. "data" carries Produce/Fetch, "meta" carries
+Metadata and admin calls, "events" the Events long-poll.
+
+Must not know what Produce or Fetch mean; producer/consumer/admin do.
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from typing import Any, Callable
+
+from minibroker.client.config import parse_bootstrap
+from minibroker.client.metadata import MetadataCache
+from minibroker.client.retry import Backoff
+from minibroker.config import Config
+from minibroker.errors import ErrorCode, KafkaError
+from minibroker.net.connection import Connection, check
+from minibroker.protocol.api import ApiKey
+
+Address = tuple[str, int]
+
+
+def now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class ClientNetwork:
+    """Invariant: `_conns` holds only connections not known to be closed;
+    a connection that failed a request is closed and dropped at once
+    (responses on it could no longer be trusted to line up, as Kafka's
+    NetworkClient disconnects on a request timeout)."""
+
+    def __init__(self, cfg: Config, *, all_topics: bool = False) -> None:
+        self.cfg = cfg
+        self.bootstrap: list[Address] = parse_bootstrap(cfg.get("bootstrap.servers"))
+        self.client_id = cfg.get("client.id")
+        self.request_timeout_ms = cfg.get_int("request.timeout.ms")
+        self.connect_timeout_s = cfg.get_int("socket.connection.setup.timeout.ms") / 1000
+        self.cache = MetadataCache(metadata_max_age_ms=cfg.get_int("metadata.max.age.ms"),
+                                   refresh_backoff_ms=cfg.get_int("retry.backoff.ms"), all_topics=all_topics)
+        self._reconnect = Backoff(cfg.get_int("reconnect.backoff.ms"), cfg.get_int("reconnect.backoff.max.ms"))
+        self._conns: dict[tuple[str, int, str], Connection] = {}
+        self._connecting: dict[tuple[str, int, str], asyncio.Future] = {}
+        self._failures: dict[Address, tuple[int, int]] = {}     # address -> (consecutive failures, retry at ms)
+        self._refresh: asyncio.Future | None = None
+        self._wake = asyncio.Event()
+        self._updater: asyncio.Task | None = None
+        self._rr = random.randrange(1 << 16)
+        self.closed = False
+        self.listeners: list[Callable[[], None]] = []          # called after each applied metadata update
+
+    # -- connections -----------------------------------------------------------
+
+    def address_of(self, node_id: int) -> Address:
+        node = self.cache.node(node_id)
+        if node is None:
+            raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {node_id} is not in the metadata")
+        return (node.host, node.port)
+
+    async def connection(self, address: Address, channel: str = "data") -> Connection:
+        key = (address[0], address[1], channel)
+        conn = self._conns.get(key)
+        if conn is not None and not conn.closed:
+            return conn
+        if self.closed:
+            raise KafkaError(ErrorCode.NETWORK_EXCEPTION, "client is closed")
+        pending = self._connecting.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fails, retry_at = self._failures.get(address, (0, 0))
+        if retry_at > now_ms():
+            raise KafkaError(ErrorCode.NETWORK_EXCEPTION,
+                             f"{address[0]}:{address[1]}: in reconnect back-off after {fails} failure(s)")
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._connecting[key] = fut
+        try:
+            conn = await Connection.open(address[0], address[1], client_id=self.client_id,
+                                         timeout_s=self.connect_timeout_s)
+        except KafkaError as exc:
+            fails += 1
+            self._failures[address] = (fails, now_ms() + self._reconnect.delay_ms(fails - 1, random.random()))
+            fut.set_exception(exc)
+            fut.exception()
+            raise
+        finally:
+            self._connecting.pop(key, None)
+        self._failures.pop(address, None)
+        self._conns[key] = conn
+        fut.set_result(conn)
+        return conn
+
+    def _drop(self, conn: Connection, channel: str) -> None:
+        conn.close()
+        key = (conn.host, conn.port, channel)
+        if self._conns.get(key) is conn:
+            del self._conns[key]
+
+    async def request_address(self, address: Address, api: ApiKey, body: dict[str, Any], *,
+                              channel: str = "data", timeout_ms: int | None = None) -> dict[str, Any]:
+        conn = await self.connection(address, channel)
+        try:
+            return await conn.request(api, body, timeout_ms=timeout_ms or self.request_timeout_ms)
+        except KafkaError:
+            self._drop(conn, channel)
+            raise
+
+    async def request(self, node_id: int, api: ApiKey, body: dict[str, Any], *,
+                      channel: str = "data", timeout_ms: int | None = None) -> dict[str, Any]:
+        """One request to one broker; a transport failure also asks for a metadata refresh."""
+        try:
+            return await self.request_address(self.address_of(node_id), api, body,
+                                              channel=channel, timeout_ms=timeout_ms)
+        except KafkaError:
+            self.request_update()
+            raise
+
+    async def send_no_response(self, node_id: int, api: ApiKey, body: dict[str, Any]) -> None:
+        conn = await self.connection(self.address_of(node_id), "data")
+        try:
+            conn.send_no_response(api, body)
+        except KafkaError:
+            self._drop(conn, "data")
+            self.request_update()
+            raise
+
+    def candidates(self) -> list[Address]:
+        """Where to send a request any broker can answer: known brokers, then the bootstrap list."""
+        known = [(b.host, b.port) for b in self.cache.brokers.values()]
+        self._rr += 1
+        if known:
+            k = self._rr % len(known)
+            known = known[k:] + known[:k]
+        connected = [a for a in known if (a[0], a[1], "meta") in self._conns]
+        rest = [a for a in known if a not in connected]
+        out = connected + rest
+        out += [a for a in self.bootstrap if a not in out]
+        return out
+
+    async def request_any(self, api: ApiKey, body: dict[str, Any], *,
+                          timeout_ms: int | None = None) -> tuple[Address, dict[str, Any]]:
+        """Send to the first broker that answers; returns (its address, the response)."""
+        last: KafkaError | None = None
+        for addr in self.candidates():
+            try:
+                return addr, await self.request_address(addr, api, body, channel="meta", timeout_ms=timeout_ms)
+            except KafkaError as exc:
+                last = exc
+        assert last is not None
+        raise last
+
+    # -- metadata --------------------------------------------------------------
+
+    def request_update(self) -> None:
+        self.cache.request_update()
+        self._wake.set()
+
+    def want_topics(self, topics: list[str] | set[str]) -> None:
+        if self.cache.want(topics):
+            self._wake.set()
+
+    async def refresh_metadata(self) -> None:
+        """Fetch metadata now (joining a refresh already under way); raises if no broker answers."""
+        if self._refresh is None or self._refresh.done():
+            self._refresh = asyncio.ensure_future(self._do_refresh())
+            self._refresh.add_done_callback(lambda f: f.cancelled() or f.exception())
+        await asyncio.shield(self._refresh)
+
+    async def _do_refresh(self) -> None:
+        self.cache.attempt(now_ms())
+        try:
+            _, resp = await self.request_any(ApiKey.METADATA, {"topics": self.cache.request_topics()})
+            check(resp)
+        except KafkaError:
+            self.cache.failed_update(now_ms())
+            raise
+        self.cache.update(resp, now_ms())
+        for fn in list(self.listeners):
+            fn()
+
+    def start(self) -> None:
+        """Start the background task that refreshes metadata when due."""
+        if self._updater is None:
+            self._updater = asyncio.ensure_future(self._run_updater())
+
+    async def _run_updater(self) -> None:
+        while not self.closed:
+            delay = self.cache.time_to_next_update(now_ms())
+            if delay > 0:
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), delay / 1000)
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            try:
+                await self.refresh_metadata()
+            except KafkaError:
+                pass
+            except asyncio.CancelledError:
+                raise
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout_ms: int, what: str) -> None:
+        """Refresh metadata until `predicate()` holds; TimeoutError names `what`."""
+        deadline = now_ms() + timeout_ms
+        last_error: KafkaError | None = None
+        while True:
+            if predicate():
+                return
+            try:
+                await self.refresh_metadata()
+                last_error = None
+            except KafkaError as exc:
+                last_error = exc
+            if predicate():
+                return
+            left = deadline - now_ms()
+            if left <= 0:
+                detail = f" (last error: {last_error})" if last_error else ""
+                raise KafkaError(ErrorCode.REQUEST_TIMED_OUT,
+                                 f"{what} not available after {timeout_ms} ms{detail}")
+            await asyncio.sleep(min(left, self.cache.refresh_backoff_ms) / 1000)
+
+    async def close(self) -> None:
+        self.closed = True
+        if self._updater is not None:
+            self._updater.cancel()
+            try:
+                await self._updater
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._updater = None
+        if self._refresh is not None and not self._refresh.done():
+            self._refresh.cancel()
+        for conn in list(self._conns.values()):
+            conn.close()
+        self._conns.clear()

@@ -1,0 +1,100 @@
+"""ListOffsets for clients: earliest (log start) / latest (high watermark) per partition.
+
+Shared by the consumer's position resets and the admin's `list_offsets`.
+Requests go to each partition's leader, grouped per broker; partitions whose
+leader is unknown, or that answer a retriable error, are retried after a
+metadata refresh until the deadline.
+"""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Mapping
+
+from minibroker.client.network import ClientNetwork, now_ms
+from minibroker.client.retry import is_retriable, needs_metadata
+from minibroker.client.types import TopicPartition
+from minibroker.errors import ErrorCode, KafkaError
+from minibroker.protocol.api import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ApiKey
+
+__all__ = ["EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "OffsetResult", "list_offsets_once", "list_offsets"]
+
+
+@dataclass(frozen=True)
+class OffsetResult:
+    offset: int
+    leader_epoch: int
+    timestamp: int
+
+
+async def list_offsets_once(net: ClientNetwork, specs: Mapping[TopicPartition, int], *,
+                            timeout_ms: int | None = None
+                            ) -> tuple[dict[TopicPartition, OffsetResult], dict[TopicPartition, KafkaError]]:
+    """One round: send a ListOffsets to each leader; returns (answers, errors per partition)."""
+    by_node: dict[int, dict[str, list[dict]]] = {}
+    errors: dict[TopicPartition, KafkaError] = {}
+    for tp, ts in specs.items():
+        leader = net.cache.leader_id(tp)
+        if leader is None:
+            errors[tp] = KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"{tp}: no known leader")
+            continue
+        by_node.setdefault(leader, {}).setdefault(tp.topic, []).append(
+            {"partition": tp.partition, "timestamp": ts, "current_leader_epoch": net.cache.leader_epoch(tp)})
+
+    async def one(node: int, topics: dict[str, list[dict]]) -> None:
+        body = {"replica_id": -1, "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}
+        try:
+            resp = await net.request(node, ApiKey.LIST_OFFSETS, body, channel="meta", timeout_ms=timeout_ms)
+            if resp.get("error"):
+                raise KafkaError(resp["error"], resp.get("message", ""), remote=True)
+        except KafkaError as exc:
+            for t, ps in topics.items():
+                for p in ps:
+                    errors[TopicPartition(t, p["partition"])] = KafkaError(exc.code, f"broker {node}: {exc.message}",
+                                                                           remote=exc.remote)
+            return
+        for t in resp.get("topics", ()):
+            for p in t.get("partitions", ()):
+                tp = TopicPartition(t["topic"], p["partition"])
+                if p.get("error", 0):
+                    errors[tp] = KafkaError(p["error"], f"{tp} on broker {node}", remote=True)
+                else:
+                    answers[tp] = OffsetResult(p["offset"], p.get("leader_epoch", -1), p.get("timestamp", -1))
+
+    answers: dict[TopicPartition, OffsetResult] = {}
+    await asyncio.gather(*(one(n, t) for n, t in by_node.items()))
+    for tp in specs:
+        if tp not in answers and tp not in errors:
+            errors[tp] = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{tp}: no answer")
+    return answers, errors
+
+
+async def list_offsets(net: ClientNetwork, specs: Mapping[TopicPartition, int], *,
+                       timeout_ms: int = 60_000) -> dict[TopicPartition, OffsetResult]:
+    """Retry retriable errors (refreshing metadata when they say so) until `timeout_ms`."""
+    deadline = now_ms() + timeout_ms
+    net.want_topics({tp.topic for tp in specs})
+    if any(net.cache.leader_id(tp) is None for tp in specs):
+        try:
+            await net.refresh_metadata()
+        except KafkaError:
+            pass
+    todo = dict(specs)
+    out: dict[TopicPartition, OffsetResult] = {}
+    while True:
+        answers, errors = await list_offsets_once(net, todo)
+        out.update(answers)
+        fatal = {tp: e for tp, e in errors.items() if not is_retriable(int(e.code))}
+        if fatal:
+            raise next(iter(fatal.values()))
+        if not errors:
+            return out
+        if now_ms() >= deadline:
+            raise next(iter(errors.values()))
+        todo = {tp: specs[tp] for tp in errors}
+        if any(needs_metadata(int(e.code)) or e.code == ErrorCode.NETWORK_EXCEPTION for e in errors.values()):
+            try:
+                await net.refresh_metadata()
+            except KafkaError:
+                pass
+        await asyncio.sleep(net.cache.refresh_backoff_ms / 1000)

@@ -1,0 +1,81 @@
+"""Choosing a partition for a record, as Kafka's BuiltInPartitioner does.
+
+A key picks `murmur2(key) & 0x7fffffff % partitions` (Kafka's exact hash, so
+keys land where Kafka would put them). Records without a key stick to one
+partition until `batch.size` bytes went to it, then move on (KIP-794's
+uniform sticky partitioner), preferring partitions with a known leader.
+Pure: the caller passes the partition counts and the random source.
+"""
+from __future__ import annotations
+
+import random
+from typing import Callable
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's Utils.murmur2 (signed 32-bit result)."""
+    length = len(data)
+    seed = 0x9747B28C
+    m = 0x5BD1E995
+    r = 24
+    h = (seed ^ length) & 0xFFFFFFFF
+    n4 = length // 4
+    for i in range(n4):
+        i4 = i * 4
+        k = (data[i4] | (data[i4 + 1] << 8) | (data[i4 + 2] << 16) | (data[i4 + 3] << 24))
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> r
+        k = (k * m) & 0xFFFFFFFF
+        h = (h * m) & 0xFFFFFFFF
+        h ^= k
+    rest = length % 4
+    tail = n4 * 4
+    if rest == 3:
+        h ^= data[tail + 2] << 16
+    if rest >= 2:
+        h ^= data[tail + 1] << 8
+    if rest >= 1:
+        h ^= data[tail]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for_key(key: bytes, num_partitions: int) -> int:
+    return (murmur2(key) & 0x7FFFFFFF) % num_partitions
+
+
+class StickyPartitioner:
+    """Invariant: `_current[topic]` is the partition unkeyed records of that
+    topic go to until `_bytes[topic]` reaches `batch_size`."""
+
+    def __init__(self, batch_size: int, rand: Callable[[int], int] | None = None) -> None:
+        self.batch_size = batch_size
+        self._rand = rand or (lambda n: random.randrange(n))
+        self._current: dict[str, int] = {}
+        self._bytes: dict[str, int] = {}
+
+    def partition(self, topic: str, num_partitions: int, available: list[int]) -> int:
+        cur = self._current.get(topic)
+        if cur is None or cur >= num_partitions:
+            cur = self._next(topic, num_partitions, available, None)
+        return cur
+
+    def on_append(self, topic: str, size: int, num_partitions: int, available: list[int]) -> None:
+        """Called after an unkeyed record went to the sticky partition."""
+        b = self._bytes.get(topic, 0) + size
+        if b >= self.batch_size:
+            self._next(topic, num_partitions, available, self._current.get(topic))
+            b = 0
+        self._bytes[topic] = b
+
+    def _next(self, topic: str, num_partitions: int, available: list[int], avoid: int | None) -> int:
+        choices = [p for p in available if p < num_partitions] or list(range(num_partitions))
+        if len(choices) > 1 and avoid in choices:
+            choices.remove(avoid)
+        cur = choices[self._rand(len(choices))]
+        self._current[topic] = cur
+        self._bytes[topic] = 0
+        return cur

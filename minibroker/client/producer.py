@@ -1,0 +1,366 @@
+"""The producer: batching, acks, retries with back-off, a future per record.
+
+Owns: the sender task that drains the accumulator into Produce requests
+(one per broker, at most `max.in.flight.requests.per.connection` in flight
+to each), the per-batch futures, and the reactions to Produce results:
+retriable errors go back to the accumulator after a back-off (and a
+metadata refresh for the NOT_LEADER_OR_FOLLOWER family) until `retries` or
+`delivery.timeout.ms` run out; other errors fail the batch's records.
+Batching decisions live in accumulator.py, retry decisions in retry.py.
+
+Without idempotence (no producer ids on the wire), a retried batch can be
+written twice (REQUEST_TIMED_OUT after the leader appended), and with more
+than one request in flight per broker a retried batch can land after a later
+one; set `max.in.flight.requests.per.connection=1` to keep per-partition order.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Callable, Iterable, Mapping
+
+from minibroker.client.accumulator import BufferFull, ProducerBatch, RecordAccumulator, record_size
+from minibroker.client.config import PRODUCER_DEFAULTS, client_config, parse_acks
+from minibroker.client.network import ClientNetwork, now_ms
+from minibroker.client.partitioner import StickyPartitioner, partition_for_key
+from minibroker.client.retry import Backoff, decide_retry
+from minibroker.client.types import RecordMetadata, TopicPartition
+from minibroker.errors import ErrorCode, KafkaError
+from minibroker.protocol.api import ApiKey
+from minibroker.records import build_batch
+
+log = logging.getLogger("minibroker.producer")
+
+
+class RecordFuture:
+    """The outcome of one sent record; `await` it for `RecordMetadata` or a KafkaError.
+
+    Cheap by design (two slots): it shares its batch's future and computes its
+    own offset as the batch's base offset plus its index."""
+
+    __slots__ = ("_batch", "_index")
+
+    def __init__(self, batch: ProducerBatch, index: int) -> None:
+        self._batch = batch
+        self._index = index
+
+    def __await__(self):
+        waiter = self._batch.waiter
+        if not waiter.done():
+            # shielded: cancelling one awaiting task must not cancel the batch every record shares
+            yield from asyncio.shield(waiter).__await__()
+        return self.result()
+
+    def done(self) -> bool:
+        return self._batch.waiter.done()
+
+    def result(self) -> RecordMetadata:
+        base, error, ts = self._batch.waiter.result()
+        if error is not None:
+            raise error
+        b = self._batch
+        offset = -1 if base < 0 else base + self._index
+        return RecordMetadata(b.tp.topic, b.tp.partition, offset, ts if ts >= 0 else b.records[self._index][2])
+
+    def exception(self) -> KafkaError | None:
+        return self._batch.waiter.result()[1]
+
+    def add_done_callback(self, fn: Callable[["RecordFuture"], Any]) -> None:
+        self._batch.waiter.add_done_callback(lambda _f: fn(self))
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return self._batch.tp
+
+
+class Producer:
+    """`async with Producer("127.0.0.1:9092", {"acks": "all"}) as p: await (await p.send("t", b"v"))`."""
+
+    def __init__(self, bootstrap_servers: str | list[str] | None = None,
+                 config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        cfg = dict(config or {})
+        if bootstrap_servers is not None:
+            cfg["bootstrap.servers"] = bootstrap_servers if isinstance(bootstrap_servers, str) \
+                else ",".join(bootstrap_servers)
+        self.cfg = client_config(PRODUCER_DEFAULTS, cfg, kwargs)
+        self.acks = parse_acks(self.cfg.get("acks"))
+        self.request_timeout_ms = self.cfg.get_int("request.timeout.ms")
+        self.max_request_size = self.cfg.get_int("max.request.size")
+        self.max_block_ms = self.cfg.get_int("max.block.ms")
+        self.retries = self.cfg.get_int("retries")
+        self.delivery_timeout_ms = self.cfg.get_int("delivery.timeout.ms")
+        self.max_in_flight = max(1, self.cfg.get_int("max.in.flight.requests.per.connection"))
+        self.ignore_keys = self.cfg.get_bool("partitioner.ignore.keys")
+        self.net = ClientNetwork(self.cfg)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.acc = RecordAccumulator(
+            batch_size=self.cfg.get_int("batch.size"), linger_ms=self.cfg.get_int("linger.ms"),
+            buffer_memory=self.cfg.get_int("buffer.memory"), delivery_timeout_ms=self.delivery_timeout_ms,
+            backoff=Backoff(self.cfg.get_int("retry.backoff.ms"), self.cfg.get_int("retry.backoff.max.ms")),
+            new_waiter=self._new_waiter)
+        self.partitioner = StickyPartitioner(self.cfg.get_int("batch.size"))
+        self._in_flight: dict[int, int] = {}               # Invariant: requests sent and unanswered per broker
+        self._incomplete: set[ProducerBatch] = set()       # drained, not yet done
+        self._wake = asyncio.Event()
+        self._space = asyncio.Event()
+        self._sender: asyncio.Task | None = None
+        self._started = False
+        self._closed = False
+        self.on_retry: Callable[[ProducerBatch, KafkaError], None] | None = None   # observability hook
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def start(self) -> "Producer":
+        if self._started:
+            return self
+        self._loop = asyncio.get_running_loop()
+        self._started = True
+        self.net.start()
+        self._sender = asyncio.ensure_future(self._run())
+        return self
+
+    async def __aenter__(self) -> "Producer":
+        return await self.start()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def flush(self, timeout_ms: int | None = None) -> None:
+        """Send everything buffered now and wait until every sent record is done."""
+        self.acc.flushing += 1
+        try:
+            self._wake.set()
+            pending = [b.waiter for b in self._incomplete] + self._queued_waiters()
+            while pending:
+                done, _ = await asyncio.wait(pending, timeout=None if timeout_ms is None else timeout_ms / 1000)
+                if not done and timeout_ms is not None:
+                    raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"flush did not complete in {timeout_ms} ms")
+                pending = [b.waiter for b in self._incomplete] + self._queued_waiters()
+        finally:
+            self.acc.flushing -= 1
+
+    def _queued_waiters(self) -> list[asyncio.Future]:
+        return [b.waiter for q in self.acc._queues.values() for b in q if not b.waiter.done()]
+
+    async def close(self, timeout_ms: int | None = None) -> None:
+        """Flush (unless timeout_ms == 0), then stop the sender and close connections."""
+        if self._closed:
+            return
+        if self._started and timeout_ms != 0:
+            try:
+                await self.flush(timeout_ms)
+            except KafkaError:
+                pass
+        self._closed = True
+        self.acc.closing = True
+        for b in self.acc.abort_all():
+            self._complete(b, -1, KafkaError(ErrorCode.NETWORK_EXCEPTION, "producer closed before the batch was sent"))
+        if self._sender is not None:
+            self._sender.cancel()
+            try:
+                await self._sender
+            except (asyncio.CancelledError, Exception):
+                pass
+        for b in list(self._incomplete):
+            self._complete(b, -1, KafkaError(ErrorCode.NETWORK_EXCEPTION, "producer closed with the request in flight"))
+        await self.net.close()
+
+    # -- sending -----------------------------------------------------------------
+
+    def _new_waiter(self) -> asyncio.Future:
+        assert self._loop is not None
+        return self._loop.create_future()
+
+    async def partitions_for(self, topic: str) -> int:
+        """The topic's partition count, fetching metadata if needed (up to max.block.ms)."""
+        n = self.net.cache.partition_count(topic)
+        if n is not None:
+            return n
+        self.net.want_topics([topic])
+        await self.net.wait_for(lambda: self.net.cache.partition_count(topic) is not None
+                                or self._fatal_topic_error(topic), self.max_block_ms, f"topic {topic}")
+        n = self.net.cache.partition_count(topic)
+        if n is None:
+            code = self.net.cache.topic_error(topic)
+            raise KafkaError(code, f"topic {topic}", remote=True)
+        return n
+
+    def _fatal_topic_error(self, topic: str) -> bool:
+        code = self.net.cache.topic_error(topic)
+        return code not in (0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE)
+
+    async def send(self, topic: str, value: bytes | None, key: bytes | None = None, *,
+                   partition: int | None = None, headers: Iterable[tuple[str, bytes | None]] | None = None,
+                   timestamp_ms: int | None = None) -> RecordFuture:
+        """Buffer one record; returns its future (await it for the RecordMetadata)."""
+        if not self._started:
+            await self.start()
+        if self._closed:
+            raise KafkaError(ErrorCode.NETWORK_EXCEPTION, "producer is closed")
+        n = self.net.cache.partition_count(topic)
+        if n is None:
+            n = await self.partitions_for(topic)
+        sticky = False
+        if partition is None:
+            if key is not None and not self.ignore_keys:
+                partition = partition_for_key(key, n)
+            else:
+                partition = self.partitioner.partition(topic, n, self.net.cache.available_partitions(topic))
+                sticky = True
+        elif not 0 <= partition < n:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has {n} partitions, not {partition}")
+        hdrs = tuple(headers) if headers else ()
+        size = record_size(key, value, hdrs)
+        if size > self.max_request_size:
+            raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
+                             f"record of {size} bytes is larger than max.request.size={self.max_request_size}")
+        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        tp = TopicPartition(topic, partition)
+        while True:
+            try:
+                res = self.acc.append(tp, key, value, hdrs, ts, now_ms())
+                break
+            except BufferFull:
+                await self._wait_for_space()
+        if sticky:
+            self.partitioner.on_append(topic, size, n, self.net.cache.available_partitions(topic))
+        if res.new_batch or res.batch_full:
+            self._wake.set()
+        return RecordFuture(res.batch, res.index)
+
+    async def send_and_wait(self, topic: str, value: bytes | None, key: bytes | None = None,
+                            **kw: Any) -> RecordMetadata:
+        fut = await self.send(topic, value, key, **kw)
+        self._wake.set()
+        return await fut
+
+    async def _wait_for_space(self) -> None:
+        self.acc.memory_waiters += 1
+        self._wake.set()
+        try:
+            self._space.clear()
+            await asyncio.wait_for(self._space.wait(), self.max_block_ms / 1000)
+        except asyncio.TimeoutError:
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT,
+                             f"buffer.memory full for max.block.ms={self.max_block_ms}") from None
+        finally:
+            self.acc.memory_waiters -= 1
+
+    # -- the sender task -----------------------------------------------------------
+
+    def _leader_of(self, tp: TopicPartition) -> int | None:
+        return self.net.cache.leader_id(tp)
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                now = now_ms()
+                for b in self.acc.expired(now):
+                    self._complete(b, -1, KafkaError(
+                        ErrorCode.REQUEST_TIMED_OUT,
+                        f"expiring {len(b)} record(s) for {b.tp}: {now - b.created_ms} ms has passed since "
+                        f"batch creation (delivery.timeout.ms={self.delivery_timeout_ms})"))
+                ready = self.acc.ready(now, self._leader_of)
+                if ready.unknown_leader_topics:
+                    self.net.want_topics(ready.unknown_leader_topics)
+                    self.net.request_update()
+                nodes = {n for n in ready.nodes if self._in_flight.get(n, 0) < self.max_in_flight}
+                delay = ready.next_delay_ms
+                if nodes:
+                    for node, batches in self.acc.drain(now, nodes, self._leader_of, self.max_request_size).items():
+                        self._in_flight[node] = self._in_flight.get(node, 0) + 1
+                        for b in batches:
+                            self._incomplete.add(b)
+                            if self.max_in_flight == 1:
+                                self.acc.mute(b.tp)
+                        asyncio.ensure_future(self._send_request(node, batches))
+                    continue
+                if ready.unknown_leader_topics:
+                    delay = min(delay, self.net.cache.refresh_backoff_ms)
+                if self.acc.has_queued():
+                    delay = min(delay, self.delivery_timeout_ms)
+                self._wake.clear()
+                if delay >= 2**31:
+                    await self._wake.wait()
+                else:
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), max(delay, 1) / 1000)
+                    except asyncio.TimeoutError:
+                        pass
+        except asyncio.CancelledError:
+            raise
+        except Exception:                       # a bug here must not silently stall every send
+            log.exception("producer sender task died")
+            for b in self.acc.abort_all() + list(self._incomplete):
+                self._complete(b, -1, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "producer sender task died"))
+            raise
+
+    async def _send_request(self, node: int, batches: list[ProducerBatch]) -> None:
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for b in batches:
+            by_topic.setdefault(b.tp.topic, []).append({"partition": b.tp.partition, "records": build_batch(b.records)})
+        body = {"acks": self.acks, "timeout_ms": self.request_timeout_ms,
+                "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
+        try:
+            if self.acks == 0:
+                await self.net.send_no_response(node, ApiKey.PRODUCE, body)
+                for b in batches:
+                    self._complete(b, -1, None)
+                return
+            resp = await self.net.request(node, ApiKey.PRODUCE, body,
+                                          timeout_ms=self.request_timeout_ms + 5000)
+        except KafkaError as exc:
+            for b in batches:
+                self._failed(b, exc.code if isinstance(exc.code, int) else ErrorCode.NETWORK_EXCEPTION,
+                             f"broker {node}: {exc}")
+            return
+        finally:
+            self._in_flight[node] -= 1
+            for b in batches:
+                self.acc.unmute(b.tp)
+            self._wake.set()
+        if resp.get("error"):
+            for b in batches:
+                self._failed(b, resp["error"], f"broker {node}: {resp.get('message', '')}")
+            return
+        results: dict[TopicPartition, dict[str, Any]] = {}
+        for t in resp.get("topics", ()):
+            for p in t.get("partitions", ()):
+                results[TopicPartition(t["topic"], p["partition"])] = p
+        for b in batches:
+            r = results.get(b.tp)
+            if r is None:
+                self._failed(b, ErrorCode.UNKNOWN_SERVER_ERROR, f"broker {node} did not answer for {b.tp}")
+            elif r.get("error", 0):
+                cl = r.get("current_leader")
+                if cl:
+                    self.net.cache.update_leader(b.tp, cl.get("leader_id", -1), cl.get("leader_epoch", -1))
+                self._failed(b, r["error"], f"broker {node}: {r.get('message') or ''}".rstrip(": "))
+            else:
+                self._complete(b, r.get("base_offset", -1), None, r.get("log_append_time_ms", -1))
+
+    def _failed(self, batch: ProducerBatch, code: int, message: str) -> None:
+        d = decide_retry(code, attempts=batch.attempts, created_ms=batch.created_ms, now_ms=now_ms(),
+                         retries=self.retries, delivery_timeout_ms=self.delivery_timeout_ms)
+        if d.refresh_metadata:
+            self.net.request_update()
+        err = KafkaError(code, message, remote=True)
+        batch.last_error = code
+        if d.retry and not self._closed:
+            log.debug("retrying %r after %s", batch, err)
+            if self.on_retry is not None:
+                self.on_retry(batch, err)
+            self._incomplete.discard(batch)
+            self.acc.reenqueue(batch, now_ms())
+            self._wake.set()
+            return
+        self._complete(batch, -1, err)
+
+    def _complete(self, batch: ProducerBatch, base_offset: int, error: KafkaError | None,
+                  log_append_time: int = -1) -> None:
+        self._incomplete.discard(batch)
+        if not batch.waiter.done():
+            batch.waiter.set_result((base_offset, error, log_append_time))
+            self.acc.release(batch)
+            self._space.set()

@@ -1,0 +1,202 @@
+"""The record batch format: client encode/decode, broker validate/stamp/scan."""
+from __future__ import annotations
+
+import struct
+
+import msgpack
+import pytest
+from crc32c import crc32c
+from hypothesis import given, settings, strategies as st
+
+from minibroker.errors import ErrorCode, KafkaError
+from minibroker.records import (
+    CRC_POS, CRC_START, EPOCH_POS, HEADER_SIZE, MAGIC, TIMESTAMP_TYPE_LOG_APPEND, BatchPosition,
+    Record, build_batch, encode_batch, iter_batch_headers, iter_records, parse_header,
+    scan_headers, stamp, validate_batches,
+)
+
+T = 1_700_000_000_000
+
+
+def corrupt_code(buf, **kw) -> ErrorCode:
+    with pytest.raises(KafkaError) as ei:
+        validate_batches(buf, **kw)
+    return ei.value.code
+
+
+# ---------------------------------------------------------------- layout
+
+def test_header_is_61_bytes_with_fields_at_documented_offsets():
+    b = build_batch([(b"k", b"v", T), (None, b"w", T + 5)], producer_id=7, producer_epoch=1, base_sequence=3)
+    assert HEADER_SIZE == 61
+    base, length, epoch, magic, crc = struct.unpack_from(">qiibI", b, 0)
+    assert (base, length, epoch, magic) == (0, len(b) - 12, -1, MAGIC)
+    attrs, lod, first_ts, max_ts, pid, pepoch, seq, count = struct.unpack_from(">hiqqqhii", b, 21)
+    assert (attrs, lod, first_ts, max_ts, pid, pepoch, seq, count) == (0, 1, T, T + 5, 7, 1, 3, 2)
+    assert crc == crc32c(b[21:])
+
+
+def test_crc_covers_everything_after_the_crc_field_only():
+    b = bytearray(build_batch([b"a"]))
+    struct.pack_into(">qii", b, 0, 123456, len(b) - 12, 99)
+    h = parse_header(b)
+    assert (h.base_offset, h.leader_epoch) == (123456, 99)
+    assert list(iter_batch_headers(b, verify_crc=True))  # still valid: not CRC'd
+
+
+# ---------------------------------------------------------------- client round trip
+
+def test_values_keys_timestamps_and_headers_round_trip():
+    b = build_batch([b"plain", (b"k", None), (None, b"v", T + 7), (b"k2", b"v2", T - 3, [("h", b"1"), ("n", None)])],
+                    timestamp_ms=T)
+    recs = list(iter_records(b))
+    assert recs == [Record(0, T, None, b"plain"), Record(1, T, b"k", None), Record(2, T + 7, None, b"v"),
+                    Record(3, T - 3, b"k2", b"v2")]
+    with_h = list(iter_records(b, with_headers=True))
+    assert with_h[3].headers == (("h", b"1"), ("n", None))
+    assert parse_header(b).max_timestamp == T + 7
+
+
+def test_iter_records_follows_stamped_offsets_and_skips_below_min_offset():
+    two = stamp(build_batch([b"a", b"b", b"c"]) + build_batch([b"d", b"e"]), 40, 3)
+    assert [r.offset for r in iter_records(two)] == [40, 41, 42, 43, 44]
+    assert [r.value for r in iter_records(two, min_offset=42)] == [b"c", b"d", b"e"]
+
+
+def test_log_append_time_batches_report_max_timestamp_for_every_record():
+    payload = msgpack.packb([[0, 0, None, b"x", []], [1, 5, None, b"y", []]])
+    b = encode_batch(payload, record_count=2, first_timestamp=T, max_timestamp=T + 100,
+                     attributes=TIMESTAMP_TYPE_LOG_APPEND)
+    assert [r.timestamp for r in iter_records(b)] == [T + 100, T + 100]
+
+
+def test_empty_record_list_is_refused_by_the_client():
+    with pytest.raises(ValueError):
+        build_batch([])
+
+
+def test_client_detects_payload_not_matching_header():
+    payload = msgpack.packb([[0, 0, None, b"x", []]])
+    b = encode_batch(payload, record_count=2, first_timestamp=T, max_timestamp=T)
+    with pytest.raises(KafkaError) as ei:
+        list(iter_records(b))
+    assert ei.value.code == ErrorCode.CORRUPT_MESSAGE
+
+
+def test_client_detects_garbage_payload_and_bad_record_shapes():
+    for payload in (b"\xc1\xc1", msgpack.packb([[0, 0, "str-key", b"x", []]]), msgpack.packb([[5, 0, None, b"x", []]])):
+        b = encode_batch(payload, record_count=1, first_timestamp=T, max_timestamp=T)
+        with pytest.raises(KafkaError) as ei:
+            list(iter_records(b))
+        assert ei.value.code == ErrorCode.CORRUPT_MESSAGE
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=20)),
+                          st.one_of(st.none(), st.binary(max_size=200)),
+                          st.integers(0, 2**41)), min_size=1, max_size=40),
+       st.integers(0, 2**40), st.integers(0, 2**31 - 1))
+def test_any_records_round_trip_through_stamp(records, base, epoch):
+    b = stamp(build_batch(records), base, epoch)
+    got = list(iter_records(b))
+    assert [(r.key, r.value, r.timestamp) for r in got] == records
+    assert [r.offset for r in got] == list(range(base, base + len(records)))
+    assert parse_header(b).leader_epoch == epoch
+
+
+# ---------------------------------------------------------------- broker validation
+
+def test_validate_summarises_several_batches_without_decoding():
+    buf = build_batch([(None, b"a", T)]) + build_batch([(None, b"b", T + 9), (None, b"c", T + 1)])
+    info = validate_batches(buf)
+    assert (info.batch_count, info.record_count, info.offset_count) == (2, 3, 3)
+    assert (info.first_timestamp, info.max_timestamp, info.size) == (T, T + 9, len(buf))
+    assert [h.position for h in info.batches] == [0, len(build_batch([(None, b"a", T)]))]
+
+
+def test_empty_payload_is_an_invalid_request():
+    assert corrupt_code(b"") == ErrorCode.INVALID_REQUEST
+
+
+def test_batch_above_max_message_bytes_is_message_too_large():
+    b = build_batch([b"x" * 1000])
+    assert corrupt_code(b, max_message_bytes=len(b) - 1) == ErrorCode.MESSAGE_TOO_LARGE
+    validate_batches(b, max_message_bytes=len(b))
+
+
+@pytest.mark.parametrize("cut", [1, 11, 12, 60, 61, -1])
+def test_truncated_batch_is_corrupt(cut):
+    b = build_batch([b"hello", b"world"])
+    assert corrupt_code(b[:cut]) == ErrorCode.CORRUPT_MESSAGE
+
+
+def test_trailing_garbage_after_a_batch_is_corrupt():
+    b = build_batch([b"hello"])
+    assert corrupt_code(b + b"\x00" * 5) == ErrorCode.CORRUPT_MESSAGE
+
+
+@pytest.mark.parametrize("field,fmt,pos,value", [
+    ("magic", ">b", 16, 1),
+    ("length below header", ">i", 8, 10),
+    ("negative length", ">i", 8, -5),
+    ("base offset not 0", ">q", 0, 5),
+])
+def test_bad_header_fields_are_corrupt(field, fmt, pos, value):
+    b = bytearray(build_batch([b"hello"]))
+    struct.pack_into(fmt, b, pos, value)
+    assert corrupt_code(bytes(b)) == ErrorCode.CORRUPT_MESSAGE, field
+
+
+def _reframe(b: bytearray) -> bytes:
+    struct.pack_into(">I", b, CRC_POS, crc32c(bytes(b[CRC_START:])))
+    return bytes(b)
+
+
+@pytest.mark.parametrize("fmt,pos,value", [
+    (">h", 21, 0x01),       # compression bits
+    (">h", 21, 0x40),       # unknown attribute bit
+    (">i", 57, 5),          # record count != last_offset_delta + 1
+    (">i", 23, -1),         # negative last offset delta
+    (">i", 57, 0),          # zero records
+])
+def test_crc_valid_but_inconsistent_headers_are_corrupt(fmt, pos, value):
+    b = bytearray(build_batch([b"hello"]))
+    struct.pack_into(fmt, b, pos, value)
+    assert corrupt_code(_reframe(b)) == ErrorCode.CORRUPT_MESSAGE
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_any_flipped_bit_in_the_crc_region_is_detected(data):
+    b = bytearray(build_batch([(b"key", b"value" * 10, T)] * 5))
+    pos = data.draw(st.integers(CRC_POS, len(b) - 1))
+    bit = data.draw(st.integers(0, 7))
+    b[pos] ^= 1 << bit
+    assert corrupt_code(bytes(b)) == ErrorCode.CORRUPT_MESSAGE
+
+
+def test_error_messages_name_the_position():
+    good = build_batch([b"a"])
+    bad = bytearray(build_batch([b"b"]))
+    bad[-1] ^= 0xFF
+    with pytest.raises(KafkaError, match=f"byte {len(good)}"):
+        validate_batches(good + bytes(bad))
+
+
+# ---------------------------------------------------------------- stamping and scanning
+
+def test_stamp_assigns_consecutive_base_offsets_and_epoch_without_touching_crc():
+    a, b = build_batch([b"1", b"2", b"3"]), build_batch([b"4", b"5"])
+    out = stamp(a + b, 100, 7)
+    assert out[CRC_POS:CRC_POS + 4] == a[CRC_POS:CRC_POS + 4]
+    assert out[len(a):][21:] == b[21:]
+    assert list(scan_headers(out, verify_crc=True)) == [
+        BatchPosition(0, 100, 102, 7, len(a)), BatchPosition(len(a), 103, 104, 7, len(b))]
+    assert struct.unpack_from(">i", out, EPOCH_POS)[0] == 7
+
+
+def test_scan_headers_raises_on_a_torn_tail():
+    out = stamp(build_batch([b"1"]) * 2, 0, 0)
+    with pytest.raises(KafkaError) as ei:
+        list(scan_headers(out[:-3]))
+    assert ei.value.code == ErrorCode.CORRUPT_MESSAGE

@@ -580,9 +580,11 @@ class ControllerChannel:
                     resp = await self._control.request(ApiKey.BROKER_REGISTRATION, lc.registration_request(),
                                                        self.session_timeout_ms)
                     self._emit(lc.on_registration_response(resp, now_ms()))
+                    if resp.get("cluster_id"):
+                        self.image.cluster_id = resp["cluster_id"]
                     backoff.reset()
-                    if not self.image.cluster_id:
-                        asyncio.ensure_future(self._learn_cluster())
+                    if self.image.controller_id < 0:
+                        self._tasks.append(asyncio.ensure_future(self._learn_cluster()))
                 except KafkaError as exc:
                     delay = backoff.step()
                     log.info("broker registration failed (%s); retrying in %d ms", exc, delay)
@@ -650,6 +652,8 @@ class ControllerChannel:
                 await asyncio.sleep(delay / 1000)
                 continue
             backoff.reset()
+            if resp.get("cluster_id"):
+                self.image.cluster_id = resp["cluster_id"]
             try:
                 self.on_delta(delta)
             except Exception:

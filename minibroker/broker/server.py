@@ -40,7 +40,8 @@ from minibroker.errors import ErrorCode, KafkaError
 from minibroker.events import Event
 from minibroker.metadata import NO_LEADER
 from minibroker.net.server import Dispatcher, HandlerSpec, RequestContext, serve
-from minibroker.protocol.api import ApiKey
+from minibroker.protocol.api import REQUESTS, ApiKey
+from minibroker.protocol.schema import Nullable, Opt
 
 log = logging.getLogger("minibroker.broker")
 
@@ -405,7 +406,8 @@ class BrokerServer:
         timeout_ms = max(0, body.get("timeout_ms", 30_000))
         loop = asyncio.get_running_loop()
         start = loop.time()
-        resp = await self.channel.forward(ApiKey.CREATE_TOPICS, body, timeout_ms + 5000)
+        resp = await self.channel.forward(ApiKey.CREATE_TOPICS, strip_defaults(body, REQUESTS[ApiKey.CREATE_TOPICS]),
+                                          timeout_ms + 5000)
         if resp.get("error", 0) or body.get("validate_only"):
             return resp
         created = [t["topic"] for t in resp.get("topics", []) if not t.get("error", 0)]
@@ -420,7 +422,8 @@ class BrokerServer:
 
     async def _elect_leaders(self, ctx: RequestContext, body: dict) -> dict:
         assert self.channel is not None
-        return await self.channel.forward(ApiKey.ELECT_LEADERS, body, max(0, body.get("timeout_ms", 30_000)) + 5000)
+        return await self.channel.forward(ApiKey.ELECT_LEADERS, strip_defaults(body, REQUESTS[ApiKey.ELECT_LEADERS]),
+                                          max(0, body.get("timeout_ms", 30_000)) + 5000)
 
     async def _describe_cluster(self, ctx: RequestContext, body: dict) -> dict:
         assert self.channel is not None
@@ -434,6 +437,27 @@ class BrokerServer:
     async def _events(self, ctx: RequestContext, body: dict) -> dict:
         max_wait = min(max(0, body["max_wait_ms"]), 60_000)
         return await self.events.poll(body["from_seq"], max_wait, max(0, min(body["max_events"], 10_000)))
+
+
+def strip_defaults(value: Any, spec: Any) -> Any:
+    """A validated body made fit to send on: optional fields left at a None
+    default are dropped (the schema fills them in, but does not accept an
+    explicit None for them), so a forwarded request validates again."""
+    if isinstance(spec, Opt):
+        return strip_defaults(value, spec.type)
+    if isinstance(spec, Nullable):
+        return None if value is None else strip_defaults(value, spec.type)
+    if isinstance(spec, list) and isinstance(value, list):
+        return [strip_defaults(v, spec[0]) for v in value]
+    if isinstance(spec, dict) and isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            f = spec.get(k)
+            if v is None and isinstance(f, Opt) and not isinstance(f.type, Nullable):
+                continue
+            out[k] = strip_defaults(v, f) if f is not None else v
+        return out
+    return value
 
 
 def metadata_response(image: MetadataImage, listener: str, topics: list[str] | None) -> dict[str, Any]:

@@ -1,0 +1,337 @@
+"""The broker as a real process next to a real controller process, on
+127.0.0.x addresses with free ports and temporary directories: startup to
+RUNNING, Metadata per listener, forwarded CreateTopics, controlled shutdown
+on SIGTERM, SIGKILL and restart, controller restart."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from minibroker.errors import ErrorCode, KafkaError
+from minibroker.net.connection import Connection
+from minibroker.protocol.api import ApiKey
+
+pytestmark = pytest.mark.cluster
+
+SECRET = "process-test-secret"
+DEADLINE_S = 30.0
+
+CONTROLLER_SCRIPT = """
+import sys
+from minibroker.config import Config
+from minibroker.controller.main import run
+sys.exit(run(Config.load(sys.argv[1])) or 0)
+"""
+
+BROKER_SCRIPT = """
+import sys
+from minibroker.config import Config
+from minibroker.broker.main import run
+sys.exit(run(Config.load(sys.argv[1])))
+"""
+
+TIMINGS = {
+    "broker.heartbeat.interval.ms": "200",
+    "broker.session.timeout.ms": "3000",
+    "minibroker.controlled.shutdown.timeout.ms": "20000",
+    "minibroker.cluster.secret": SECRET,
+}
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class Process:
+    """One child process running `script` with a properties file; output to a log file."""
+
+    def __init__(self, name: str, script: str, props: dict[str, str], workdir: Path) -> None:
+        self.name = name
+        self.script = script
+        self.props = props
+        self.conf = workdir / f"{name}.properties"
+        self.log = workdir / f"{name}.log"
+        self.conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {k: v for k, v in env.items() if not k.startswith("MINIBROKER_")}
+        out = open(self.log, "ab")
+        self.proc = subprocess.Popen([sys.executable, "-c", self.script, str(self.conf)],
+                                     stdout=out, stderr=subprocess.STDOUT, env=env)
+        out.close()
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def send(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    async def wait_exit(self, timeout: float = DEADLINE_S) -> int:
+        assert self.proc is not None
+        await until(lambda: self.proc.poll() is not None, timeout, f"{self.name} to exit")
+        return self.proc.returncode
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def kill(self) -> None:
+        if self.running:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+async def until(cond, timeout: float = DEADLINE_S, what: str = "condition") -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        r = cond()
+        if asyncio.iscoroutine(r):
+            r = await r
+        if r:
+            return
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def call(host: str, port: int, api: ApiKey, body: dict[str, Any], timeout_ms: int = 10_000) -> dict:
+    conn = await Connection.open(host, port, client_id="process-test", timeout_s=2)
+    try:
+        return await conn.request(api, body, timeout_ms=timeout_ms)
+    finally:
+        conn.close()
+
+
+class Cluster:
+    """A controller and `n` brokers. Broker i listens on INTERNAL 127.0.0.(10+i)
+    and on EXTERNAL 127.0.0.1, advertised to clients as `localhost`."""
+
+    def __init__(self, workdir: Path, n: int, **overrides: str) -> None:
+        self.workdir = workdir
+        self.controller_port = free_port("127.0.0.1")
+        cdir = workdir / "controller"
+        cdir.mkdir()
+        self.controller = Process("controller", CONTROLLER_SCRIPT, {
+            "node.id": "3000", "listeners": f"CONTROLLER://127.0.0.1:{self.controller_port}",
+            "metadata.log.dir": str(cdir), **TIMINGS, **overrides}, workdir)
+        self.brokers: dict[int, Process] = {}
+        self.internal: dict[int, tuple[str, int]] = {}
+        self.external: dict[int, tuple[str, int]] = {}
+        for b in range(1, n + 1):
+            ihost = f"127.0.0.{10 + b}"
+            self.internal[b] = (ihost, free_port(ihost))
+            self.external[b] = ("127.0.0.1", free_port("127.0.0.1"))
+            ldir = workdir / f"broker-{b}"
+            self.brokers[b] = Process(f"broker-{b}", BROKER_SCRIPT, {
+                "node.id": str(b),
+                "broker.rack": f"zone-{'abc'[(b - 1) % 3]}",
+                "listeners": f"INTERNAL://{ihost}:{self.internal[b][1]},EXTERNAL://127.0.0.1:{self.external[b][1]}",
+                "advertised.listeners": f"INTERNAL://{ihost}:{self.internal[b][1]},"
+                                        f"EXTERNAL://localhost:{self.external[b][1]}",
+                "inter.broker.listener.name": "INTERNAL",
+                "log.dirs": str(ldir),
+                "controller.quorum.bootstrap.servers": f"127.0.0.1:{self.controller_port}",
+                **TIMINGS, **overrides}, workdir)
+
+    def log_dir(self, b: int) -> Path:
+        return self.workdir / f"broker-{b}"
+
+    async def start(self) -> None:
+        self.controller.start()
+        await until(lambda: self._answers("127.0.0.1", self.controller_port), what="controller to listen")
+        for p in self.brokers.values():
+            p.start()
+        for b in self.brokers:
+            await self.wait_running(b)
+
+    async def _answers(self, host: str, port: int) -> bool:
+        try:
+            await call(host, port, ApiKey.API_VERSIONS, {}, 2000)
+            return True
+        except KafkaError:
+            return False
+
+    async def api_versions(self, b: int) -> dict | None:
+        try:
+            return await call(*self.external[b], ApiKey.API_VERSIONS, {}, 2000)
+        except KafkaError:
+            return None
+
+    async def wait_running(self, b: int) -> dict:
+        got: dict = {}
+
+        async def running() -> bool:
+            if not self.brokers[b].running:
+                raise AssertionError(f"broker {b} exited:\n{self.brokers[b].output()[-3000:]}")
+            r = await self.api_versions(b)
+            if r is not None and r.get("state") == "RUNNING":
+                got.update(r)
+                return True
+            return False
+
+        await until(running, what=f"broker {b} to be RUNNING")
+        return got
+
+    async def request(self, b: int, api: ApiKey, body: dict, listener: str = "EXTERNAL",
+                      timeout_ms: int = 15_000) -> dict:
+        host, port = (self.external if listener == "EXTERNAL" else self.internal)[b]
+        return await call(host, port, api, body, timeout_ms)
+
+    async def controller_events(self) -> list[dict]:
+        r = await call("127.0.0.1", self.controller_port, ApiKey.EVENTS, {"from_seq": 0, "max_events": 10_000})
+        return r["events"]
+
+    async def create_topic(self, b: int, topic: str, partitions: int, rf: int, **configs: str) -> dict:
+        spec = {"topic": topic, "num_partitions": partitions, "replication_factor": rf}
+        if configs:
+            spec["configs"] = configs
+        body = {"topics": [spec]}
+        return await self.request(b, ApiKey.CREATE_TOPICS, body)
+
+    def close(self) -> None:
+        for p in self.brokers.values():
+            p.kill()
+        self.controller.kill()
+
+
+@pytest.fixture
+async def cluster_factory(tmp_path):
+    made: list[Cluster] = []
+
+    async def make(n: int, **overrides: str) -> Cluster:
+        c = Cluster(tmp_path, n, **overrides)
+        made.append(c)
+        await c.start()
+        return c
+
+    yield make
+    for c in made:
+        c.close()
+
+
+def partition_leaders(meta: dict, topic: str) -> dict[int, int]:
+    t = next(t for t in meta["topics"] if t["topic"] == topic)
+    return {p["partition"]: p["leader"] for p in t["partitions"]}
+
+
+async def test_broker_reaches_running_and_reports_itself_in_api_versions(cluster_factory):
+    c = await cluster_factory(1)
+    r = await c.wait_running(1)
+    assert r["role"] == "broker" and r["node_id"] == 1 and r["software"].startswith("minibroker")
+    assert {k["api"] for k in r["api_keys"]} >= {int(ApiKey.PRODUCE), int(ApiKey.FETCH), int(ApiKey.METADATA)}
+
+
+async def test_created_topic_is_in_the_next_metadata_with_addresses_of_the_listener_asked(cluster_factory):
+    c = await cluster_factory(1)
+    resp = await c.create_topic(1, "orders", 2, 1, **{"retention.ms": "60000"})
+    assert [(t["topic"], t["error"]) for t in resp["topics"]] == [("orders", 0)]
+    ext = await c.request(1, ApiKey.METADATA, {"topics": ["orders"]}, listener="EXTERNAL")
+    assert ext["brokers"] == [{"node_id": 1, "host": "localhost", "port": c.external[1][1], "rack": "zone-a"}]
+    assert ext["cluster_id"]
+    topic = ext["topics"][0]
+    assert topic["error"] == 0 and topic["configs"] == {"retention.ms": "60000"}
+    assert [(p["partition"], p["leader"], p["isr"], p["error"]) for p in topic["partitions"]] == \
+        [(0, 1, [1], 0), (1, 1, [1], 0)]
+    internal = await c.request(1, ApiKey.METADATA, {"topics": None}, listener="INTERNAL")
+    assert internal["brokers"] == [{"node_id": 1, "host": "127.0.0.11", "port": c.internal[1][1], "rack": "zone-a"}]
+    assert [t["topic"] for t in internal["topics"]] == ["orders"]
+    unknown = await c.request(1, ApiKey.METADATA, {"topics": ["nope"]})
+    assert unknown["topics"][0]["error"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    again = await c.create_topic(1, "orders", 2, 1)
+    assert again["topics"][0]["error"] == ErrorCode.TOPIC_ALREADY_EXISTS
+
+
+async def test_describe_cluster_is_forwarded_to_the_controller(cluster_factory):
+    c = await cluster_factory(1)
+    d = await c.request(1, ApiKey.DESCRIBE_CLUSTER, {})
+    assert d["error"] == 0 and d["cluster_id"]
+    assert [(b["node_id"], b["fenced"]) for b in d["brokers"]] == [(1, False)]
+
+
+async def test_sigterm_shuts_down_cleanly_and_the_next_registration_is_clean(cluster_factory):
+    c = await cluster_factory(1)
+    epoch = (await c.wait_running(1))["broker_epoch"]
+    c.brokers[1].send(signal.SIGTERM)
+    assert await c.brokers[1].wait_exit() == 0
+    out = c.brokers[1].output()
+    assert '"after": "PENDING_CONTROLLED_SHUTDOWN"' in out and '"after": "SHUTTING_DOWN"' in out
+    marker = json.loads((c.log_dir(1) / "minibroker-clean-shutdown.json").read_text())
+    assert marker["broker_epoch"] == epoch
+    c.brokers[1].start()
+    again = await c.wait_running(1)
+    assert again["broker_epoch"] > epoch
+    regs = [e for e in await c.controller_events() if e["kind"] == "broker_registered" and e.get("broker_id") == 1]
+    assert regs[-1]["previous_broker_epoch"] == epoch and regs[-1]["clean_shutdown"] is True
+    assert not (c.log_dir(1) / "minibroker-clean-shutdown.json").exists()
+
+
+async def test_sigkill_and_restart_registers_as_an_unclean_shutdown_and_runs_again(cluster_factory):
+    c = await cluster_factory(1)
+    epoch = (await c.wait_running(1))["broker_epoch"]
+    await c.create_topic(1, "t", 1, 1)
+    c.brokers[1].send(signal.SIGKILL)
+    assert await c.brokers[1].wait_exit() == -signal.SIGKILL
+    c.brokers[1].start()
+    again = await c.wait_running(1)
+    assert again["broker_epoch"] > epoch
+    regs = [e for e in await c.controller_events() if e["kind"] == "broker_registered" and e.get("broker_id") == 1]
+    assert regs[-1]["clean_shutdown"] is False
+    meta = await c.request(1, ApiKey.METADATA, {"topics": ["t"]})
+    assert partition_leaders(meta, "t") == {0: 1}
+
+
+async def test_sigterm_on_a_leader_moves_leadership_before_the_broker_exits(cluster_factory):
+    c = await cluster_factory(3)
+    resp = await c.create_topic(2, "moves", 3, 3)
+    assert resp["topics"][0]["error"] == 0
+    meta = await c.request(2, ApiKey.METADATA, {"topics": ["moves"]})
+    leaders = partition_leaders(meta, "moves")
+    victim = leaders[0]
+    assert victim in c.brokers
+    c.brokers[victim].send(signal.SIGTERM)
+    assert await c.brokers[victim].wait_exit() == 0
+    assert "controller completed controlled shutdown" in c.brokers[victim].output()
+    other = next(b for b in c.brokers if b != victim)
+    meta = await c.request(other, ApiKey.METADATA, {"topics": ["moves"]})
+    after = partition_leaders(meta, "moves")
+    assert victim not in after.values() and all(l in c.brokers for l in after.values())
+    assert all(victim not in p["isr"] for p in meta["topics"][0]["partitions"])
+    assert victim not in {b["node_id"] for b in meta["brokers"]}
+
+
+async def test_broker_keeps_running_across_a_controller_restart(cluster_factory):
+    c = await cluster_factory(1)
+    epoch = (await c.wait_running(1))["broker_epoch"]
+    c.controller.send(signal.SIGTERM)
+    await c.controller.wait_exit()
+    c.controller.start()
+    resp = None
+
+    async def created() -> bool:
+        nonlocal resp
+        try:
+            resp = await c.create_topic(1, "after-restart", 1, 1)
+        except KafkaError:
+            return False
+        return resp.get("error", 0) == 0 and resp["topics"][0]["error"] == 0
+
+    await until(created, what="CreateTopics through the broker after the controller restart")
+    meta = await c.request(1, ApiKey.METADATA, {"topics": ["after-restart"]})
+    assert partition_leaders(meta, "after-restart") == {0: 1}
+    r = await c.wait_running(1)
+    assert r["broker_epoch"] == epoch

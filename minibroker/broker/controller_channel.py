@@ -273,7 +273,8 @@ class AlterPartitionQueue:
 # --------------------------------------------------------------------------
 
 class Backoff:
-    """Exponential reconnect back-off, reset on success (Kafka reconnect.backoff.*)."""
+    """Exponential reconnect back-off, reset on success (Kafka reconnect.backoff.*).
+    `first` is True for the first failure of a streak (logged at INFO; the rest at DEBUG)."""
 
     def __init__(self, initial_ms: int = RECONNECT_BACKOFF_MS, max_ms: int = RECONNECT_BACKOFF_MAX_MS) -> None:
         self.initial_ms = initial_ms
@@ -282,6 +283,13 @@ class Backoff:
 
     def reset(self) -> None:
         self.next_ms = self.initial_ms
+
+    @property
+    def first(self) -> bool:
+        return self.next_ms == self.initial_ms
+
+    def level(self) -> int:
+        return logging.INFO if self.first else logging.DEBUG
 
     def step(self) -> int:
         d = self.next_ms
@@ -362,6 +370,7 @@ class AlterPartitionManager:
         self.retry_ms = retry_ms
         self.queue = AlterPartitionQueue()
         self.requests_sent = 0
+        self.failures = 0                  # consecutive failed sends (for quiet logging)
         self._futures: dict[PartitionKey, asyncio.Future] = {}
         self._task: asyncio.Task | None = None
         self._retry: asyncio.TimerHandle | None = None
@@ -407,18 +416,23 @@ class AlterPartitionManager:
             try:
                 resp = await self.link.request(ApiKey.ALTER_PARTITION, body, self.request_timeout_ms)
             except KafkaError as exc:
-                log.info("AlterPartition to controller failed (%s); resending in %d ms", exc, self.retry_ms)
+                self.failures += 1
+                log.log(logging.INFO if self.failures == 1 else logging.DEBUG,
+                        "AlterPartition to controller failed (%s); resending in %d ms", exc, self.retry_ms)
                 self.queue.on_failure()
                 self._schedule_retry()
                 return
             code = resp.get("error", 0)
+            if not code:
+                self.failures = 0
             if code and code in _FATAL_TOP_LEVEL:
                 err = KafkaError(code, resp.get("message", ""), remote=True)
                 for key in self.queue.on_fatal():
                     self._complete(key, exc=err)
             elif code:
-                log.info("AlterPartition refused as a whole (%s); resending in %d ms",
-                         error_name(code), self.retry_ms)
+                self.failures += 1
+                log.log(logging.INFO if self.failures == 1 else logging.DEBUG,
+                        "AlterPartition refused as a whole (%s); resending in %d ms", error_name(code), self.retry_ms)
                 self.queue.on_failure()
                 self._schedule_retry()
                 return
@@ -586,8 +600,8 @@ class ControllerChannel:
                     if self.image.controller_id < 0:
                         self._tasks.append(asyncio.ensure_future(self._learn_cluster()))
                 except KafkaError as exc:
-                    delay = backoff.step()
-                    log.info("broker registration failed (%s); retrying in %d ms", exc, delay)
+                    lvl, delay = backoff.level(), backoff.step()
+                    log.log(lvl, "broker registration failed (%s); retrying in %d ms", exc, delay)
                     await self._sleep(delay)
                     continue
             body = lc.heartbeat_request(self._metadata_offset(self.image))
@@ -595,8 +609,8 @@ class ControllerChannel:
             try:
                 resp = await self._control.request(ApiKey.BROKER_HEARTBEAT, body, self.session_timeout_ms)
             except KafkaError as exc:
-                delay = backoff.step()
-                log.info("heartbeat to controller failed (%s); retrying in %d ms", exc, delay)
+                lvl, delay = backoff.level(), backoff.step()
+                log.log(lvl, "heartbeat to controller failed (%s); retrying in %d ms", exc, delay)
                 await self._sleep(delay)
                 continue
             backoff.reset()
@@ -646,9 +660,9 @@ class ControllerChannel:
                                               int(resp["next_offset"]))
             except (KafkaError, MetadataError, KeyError, TypeError, ValueError) as exc:
                 self.metadata_errors += 1
-                delay = backoff.step()
-                log.info("metadata fetch from offset %d failed (%s); retrying in %d ms",
-                         body["from_offset"], exc, delay)
+                lvl, delay = backoff.level(), backoff.step()
+                log.log(lvl, "metadata fetch from offset %d failed (%s); retrying in %d ms",
+                        body["from_offset"], exc, delay)
                 await asyncio.sleep(delay / 1000)
                 continue
             backoff.reset()

@@ -1,8 +1,10 @@
-"""This process's structured events: a bounded ring buffer with long-poll.
+"""The broker's structured events: the EventSink every part of the broker emits to.
 
-Owns: sequence numbers for every `Event` emitted in the process, the last
-`capacity` of them, the one-line JSON log of each, and waking `Events`
-long-polls. Must not know who emits events or why.
+Owns: turning each `Event` into plain values (msgpack- and JSON-safe), the
+one structured log line per event, and handing events emitted from worker
+threads over to the event loop. The ring buffer and the long-poll are the
+controller's `minibroker.controller.eventlog.EventLog`, reused as is.
+Must not know who emits events or why.
 """
 from __future__ import annotations
 
@@ -11,9 +13,9 @@ import enum
 import json
 import logging
 import threading
-from collections import deque
 from typing import Any
 
+from minibroker.controller.eventlog import EventLog as RingBuffer
 from minibroker.events import Event
 
 log = logging.getLogger("minibroker.events")
@@ -34,75 +36,51 @@ def _plain(v: Any) -> Any:
     return str(v)
 
 
+def plain_event(event: Event) -> Event:
+    return Event(event.kind, int(event.time_ms), str(event.partition), _plain(event.before), _plain(event.after),
+                 str(event.reason), _plain(event.extra) if event.extra else {})
+
+
 class EventLog:
-    """Invariant: `_buf` holds events with consecutive seqs ending at `next_seq - 1`,
-    at most `capacity` of them."""
+    """Invariant: every event emitted is appended to `ring` exactly once, on
+    the event loop's thread, in emission order per thread."""
 
     def __init__(self, node_id: int, capacity: int = 10_000) -> None:
         self.node_id = node_id
-        self._buf: deque[dict[str, Any]] = deque(maxlen=capacity)
-        self.next_seq = 0
-        self._waiters: set[asyncio.Future] = set()
+        self.ring = RingBuffer(capacity)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._lock = threading.Lock()
+        self._loop_thread: int | None = None
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Triggered once the event loop runs: later emits from other threads are handed to it."""
         self._loop = loop
+        self._loop_thread = threading.get_ident()
+
+    @property
+    def next_seq(self) -> int:
+        return self.ring.next_seq
 
     def emit(self, event: Event) -> None:
-        """An EventSink: safe to call from the event loop or from a worker thread."""
-        d = _plain(event.to_dict())
-        with self._lock:
-            d["seq"] = self.next_seq
-            self.next_seq += 1
-            self._buf.append(d)
-        d["node_id"] = self.node_id
-        log.info("%s", json.dumps(d, sort_keys=True, default=str))
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is not None:
-            self._wake()
-        elif self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._wake)
+        """The broker's EventSink: safe to call from the event loop or a worker thread."""
+        ev = plain_event(event)
+        if self._loop is not None and threading.get_ident() != self._loop_thread and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._append, ev)
+        else:
+            self._append(ev)
 
     def __call__(self, event: Event) -> None:
         self.emit(event)
 
-    def _wake(self) -> None:
-        waiters, self._waiters = self._waiters, set()
-        for f in waiters:
-            if not f.done():
-                f.set_result(None)
-
-    def since(self, from_seq: int, max_events: int) -> list[dict[str, Any]]:
-        with self._lock:
-            if not self._buf or from_seq >= self.next_seq:
-                return []
-            first = self._buf[0]["seq"]
-            start = max(from_seq, first) - first
-            return [self._buf[i] for i in range(start, min(len(self._buf), start + max(0, max_events)))]
+    def _append(self, ev: Event) -> None:
+        seq = self.ring.append(ev)
+        d = ev.to_dict()
+        d["seq"] = seq
+        d["node_id"] = self.node_id
+        log.info("%s", json.dumps(d, sort_keys=True, default=str))
 
     async def poll(self, from_seq: int, max_wait_ms: int, max_events: int) -> dict[str, Any]:
-        """The Events API: events with seq >= from_seq (the oldest retained if
-        from_seq fell out of the buffer); waits up to max_wait_ms for one."""
-        events = self.since(from_seq, max_events)
-        if not events and max_wait_ms > 0:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + max_wait_ms / 1000
-            while not events:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    break
-                fut = loop.create_future()
-                self._waiters.add(fut)
-                try:
-                    await asyncio.wait_for(fut, remaining)
-                except asyncio.TimeoutError:
-                    pass
-                finally:
-                    self._waiters.discard(fut)
-                events = self.since(from_seq, max_events)
-        next_seq = events[-1]["seq"] + 1 if events else min(max(from_seq, 0), self.next_seq)
-        return {"node_id": self.node_id, "next_seq": next_seq, "events": [dict(e, node_id=self.node_id) for e in events]}
+        """The Events API: events with seq >= from_seq (from the oldest retained
+        if older), parking up to max_wait_ms when there is none yet."""
+        nxt, events = await self.ring.read(from_seq, max_wait_ms, max_events)
+        return {"node_id": self.node_id, "next_seq": nxt,
+                "events": [dict(e, node_id=self.node_id) for e in events]}

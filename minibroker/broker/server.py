@@ -208,6 +208,7 @@ class BrokerServer:
         self._stop: asyncio.Event | None = None
         self._stop_reason = ""
         self._controlled = True
+        self._hurry = False
         self.dispatcher = Dispatcher(self._handlers(), secret=self.secret, role="broker",
                                      max_frame_bytes=self.max_frame_bytes, describe=self._describe)
 
@@ -223,7 +224,15 @@ class BrokerServer:
 
     def request_stop(self, reason: str, controlled: bool = True) -> None:
         """Triggered by SIGTERM/SIGINT (controlled) or a fatal error."""
-        if self._stop is None or self._stop.is_set():
+        if self._stop is None:
+            return
+        if self._stop.is_set():
+            # A second signal cuts a controlled shutdown short.
+            if not self._hurry:
+                self._hurry = True
+                log.info("broker %d: %s again, not waiting for the controller", self.node_id, reason)
+                if self.channel is not None:
+                    self.channel.notify()
             return
         self._stop_reason = reason
         self._controlled = controlled
@@ -328,7 +337,7 @@ class BrokerServer:
         if ch is not None and self._controlled and self.lifecycle is not None \
                 and self.lifecycle.broker_epoch >= 0:
             ch.begin_controlled_shutdown(self._stop_reason or "shutdown requested")
-            done = await ch.wait_for(lambda: self.state is BrokerState.SHUTTING_DOWN,
+            done = await ch.wait_for(lambda: self.state is BrokerState.SHUTTING_DOWN or self._hurry,
                                      self.controlled_shutdown_timeout_ms)
             if not done:
                 log.info("broker %d: controlled shutdown did not complete within %d ms; stopping anyway",

@@ -234,6 +234,23 @@ async def test_broker_reaches_running_and_reports_itself_in_api_versions(cluster
     r = await c.wait_running(1)
     assert r["role"] == "broker" and r["node_id"] == 1 and r["software"].startswith("minibroker")
     assert {k["api"] for k in r["api_keys"]} >= {int(ApiKey.PRODUCE), int(ApiKey.FETCH), int(ApiKey.METADATA)}
+    ev = await c.request(1, ApiKey.EVENTS, {"from_seq": 0})
+    states = [(e["before"], e["after"]) for e in ev["events"] if e["kind"] == "broker_state"]
+    assert states == [("STARTING", "RECOVERY"), ("RECOVERY", "RUNNING")]
+    assert all(e["node_id"] == 1 for e in ev["events"]) and ev["next_seq"] == ev["events"][-1]["seq"] + 1
+
+
+async def test_events_long_poll_wakes_on_the_next_event(cluster_factory):
+    c = await cluster_factory(1)
+    first = await c.request(1, ApiKey.EVENTS, {"from_seq": 0})
+    parked = asyncio.ensure_future(c.request(1, ApiKey.EVENTS, {"from_seq": first["next_seq"], "max_wait_ms": 20_000},
+                                             timeout_ms=30_000))
+    await asyncio.sleep(0)
+    assert not parked.done()
+    await c.create_topic(1, "wake", 1, 1)        # the data path emits events for the new leader
+    c.brokers[1].send(signal.SIGTERM)            # ... and the lifecycle emits state changes
+    got = await parked
+    assert got["events"] and got["events"][0]["seq"] == first["next_seq"]
 
 
 async def test_created_topic_is_in_the_next_metadata_with_addresses_of_the_listener_asked(cluster_factory):

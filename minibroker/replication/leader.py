@@ -122,7 +122,9 @@ class PartitionLeader:
     """Leader-side replication state machine for one partition.
 
     Constructing it is Kafka's `makeLeader` for a new leader epoch (T1/L4):
-    the epoch starts at `leo`; follower state is reset.
+    the epoch starts at `leo`; follower state is reset; the HW is tried once
+    (`initial_decision` holds that step's events). Writing the epoch-cache
+    entry for the new epoch (E2) is the driver's job.
     """
 
     def __init__(
@@ -440,6 +442,10 @@ class PartitionLeader:
         if w is None:
             return False
         w.alive = False
+        if len(self._waiters) > 2 * len(self._waiter_by_id) + 64:
+            # A frozen HW would otherwise keep every timed-out waiter around.
+            self._waiters = [x for x in self._waiters if x.alive]
+            heapq.heapify(self._waiters)
         return True
 
     def fail_all_waiters(self, code: ErrorCode = ErrorCode.NOT_LEADER_OR_FOLLOWER,

@@ -883,3 +883,17 @@ def test_append_cannot_move_the_leo_back(profile: Profile) -> None:
     lead = make(profile, leo=5, hw=5)
     with pytest.raises(ValueError):
         lead.on_append(4, 1)
+
+
+@BOTH
+def test_timed_out_waiters_do_not_pile_up_while_the_hw_is_stuck(profile: Profile) -> None:
+    lead = make(profile)
+    append(lead, 1, 0)
+    tokens = [object() for _ in range(1000)]
+    for i, tok in enumerate(tokens):
+        lead.add_waiter(1, tok)
+        if i:
+            assert lead.remove_waiter(tokens[i - 1])
+    assert lead.waiting == 1 and len(lead._waiters) <= 2 + 64 + 1
+    fetch(lead, 2, 1, 1)
+    assert fetch(lead, 3, 1, 2).completed == [(tokens[-1], ErrorCode.NONE)]

@@ -413,3 +413,63 @@ async def test_channel_forwards_requests_and_learns_the_cluster_id(controller):
     await until(lambda: image.cluster_id == "fake-cluster")
     assert image.controller_id == 3000
     await ch.close()
+
+
+# -- InterBrokerConnections (peers.py) ---------------------------------------
+
+from minibroker.broker.peers import InterBrokerConnections  # noqa: E402
+
+
+def _peer_image(port, listener="INTERNAL", epoch=1):
+    image = MetadataImage()
+    image.apply([(0, BrokerRecord(2, epoch, None, (Endpoint(listener, "127.0.0.1", port),
+                                                   Endpoint("EXTERNAL", "127.0.0.1", 1))))], None, 1)
+    return image
+
+
+async def test_peers_open_one_authenticated_connection_per_broker_and_reuse_it(controller):
+    image = _peer_image(controller.port)
+    peers = InterBrokerConnections(node_id=1, image=image, listener="INTERNAL", secret=SECRET, max_frame_bytes=1 << 20)
+    a, b = await asyncio.gather(peers.get(2), peers.get(2))
+    assert a is b
+    resp = await a.request(ApiKey.ALTER_PARTITION, {"broker_id": 1, "broker_epoch": 1, "topics": []})
+    assert resp["error"] == 0                        # privileged: the connection is authenticated
+    assert await peers.get(2) is a
+    peers.close()
+
+
+async def test_peers_reopen_a_closed_connection_and_follow_a_moved_endpoint(controller):
+    image = _peer_image(controller.port)
+    peers = InterBrokerConnections(node_id=1, image=image, listener="INTERNAL", secret=SECRET, max_frame_bytes=1 << 20)
+    first = await peers.get(2)
+    first.close()
+    second = await peers.get(2)
+    assert second is not first and not second.closed
+    other = FakeController()
+    await other.start()
+    image.apply([(1, BrokerRecord(2, 5, None, (Endpoint("INTERNAL", "127.0.0.1", other.port),)))], None, 2)
+    third = await peers.get(2)
+    assert third.port == other.port and second.closed
+    peers.close()
+    await other.stop()
+
+
+async def test_peers_without_an_endpoint_on_the_listener_is_broker_not_available(controller):
+    image = _peer_image(controller.port, listener="OTHER")
+    peers = InterBrokerConnections(node_id=1, image=image, listener="INTERNAL", secret=SECRET, max_frame_bytes=1 << 20)
+    with pytest.raises(KafkaError) as e:
+        await peers.get(2)
+    assert e.value.code == ErrorCode.BROKER_NOT_AVAILABLE
+    with pytest.raises(KafkaError) as e:
+        await peers.get(9)
+    assert e.value.code == ErrorCode.BROKER_NOT_AVAILABLE
+    peers.close()
+
+
+async def test_peers_with_a_wrong_secret_fail_with_cluster_authorization_failed(controller):
+    image = _peer_image(controller.port)
+    peers = InterBrokerConnections(node_id=1, image=image, listener="INTERNAL", secret="wrong", max_frame_bytes=1 << 20)
+    with pytest.raises(KafkaError) as e:
+        await peers.get(2)
+    assert e.value.code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    peers.close()

@@ -352,3 +352,68 @@ async def test_broker_keeps_running_across_a_controller_restart(cluster_factory)
     assert partition_leaders(meta, "after-restart") == {0: 1}
     r = await c.wait_running(1)
     assert r["broker_epoch"] == epoch
+
+
+# -- process configuration (no processes needed) ------------------------------
+
+from minibroker.broker.server import listener_plan, log_dirs, metadata_response, strip_defaults  # noqa: E402
+from minibroker.config import DEFAULTS, Config, ConfigError  # noqa: E402
+from minibroker.protocol.api import REQUESTS  # noqa: E402
+
+
+def _cfg(**kw: str) -> Config:
+    return Config({**DEFAULTS, **{k.replace("_", "."): v for k, v in kw.items()}})
+
+
+def test_a_bare_host_port_listener_is_plaintext_and_the_inter_broker_listener():
+    binds, adv, inter = listener_plan(_cfg(listeners="127.0.0.5:9092"))
+    assert binds == {"PLAINTEXT": ("127.0.0.5", 9092)} and adv == binds and inter == "PLAINTEXT"
+
+
+def test_inter_broker_listener_defaults_to_the_first_listener_and_advertised_names_must_exist():
+    c = _cfg(listeners="INTERNAL://0.0.0.0:9092,EXTERNAL://0.0.0.0:19092",
+             advertised_listeners="INTERNAL://broker-1:9092,EXTERNAL://localhost:19092")
+    binds, adv, inter = listener_plan(c)
+    assert inter == "INTERNAL" and adv == {"INTERNAL": ("broker-1", 9092), "EXTERNAL": ("localhost", 19092)}
+    with pytest.raises(ConfigError, match="advertised.listeners"):
+        listener_plan(_cfg(listeners="A://h:1", advertised_listeners="B://h:2"))
+    with pytest.raises(ConfigError, match="inter.broker.listener.name"):
+        listener_plan(Config({**DEFAULTS, "listeners": "A://h:1", "inter.broker.listener.name": "B"}))
+    with pytest.raises(ConfigError, match="listeners"):
+        listener_plan(_cfg(listeners=""))
+
+
+def test_more_than_one_log_dir_is_refused_by_name():
+    with pytest.raises(ConfigError, match="log.dirs"):
+        log_dirs(Config({**DEFAULTS, "log.dirs": "/a,/b"}))
+
+
+def test_forwarded_bodies_drop_none_defaults_but_keep_a_null_topic_list():
+    spec = REQUESTS[ApiKey.CREATE_TOPICS]
+    body = {"topics": [{"topic": "t", "num_partitions": 1, "replication_factor": 1, "assignments": None,
+                        "configs": None}], "timeout_ms": 100, "validate_only": False}
+    assert strip_defaults(body, spec) == {"topics": [{"topic": "t", "num_partitions": 1, "replication_factor": 1}],
+                                          "timeout_ms": 100, "validate_only": False}
+    elect = {"election_type": 0, "topics": None, "timeout_ms": 5}
+    assert strip_defaults(elect, REQUESTS[ApiKey.ELECT_LEADERS]) == elect
+
+
+def test_metadata_marks_offline_partitions_and_fenced_or_unlisted_replicas():
+    from minibroker.broker.metadata_image import MetadataImage
+    from minibroker.metadata import BrokerRecord, Endpoint, PartitionRecord, TopicRecord
+    img = MetadataImage()
+    img.apply([(0, BrokerRecord(1, 1, "a", (Endpoint("EXTERNAL", "x1", 1), Endpoint("INTERNAL", "i1", 2)), fenced=False)),
+               (1, BrokerRecord(2, 2, None, (Endpoint("INTERNAL", "i2", 2),), fenced=False)),
+               (2, BrokerRecord(3, 3, None, (Endpoint("EXTERNAL", "x3", 1),), fenced=True)),
+               (3, TopicRecord("t", "id", 2, {"min.insync.replicas": "2"})),
+               (4, PartitionRecord("t", 0, (1, 2, 3), (1,), 1, 4, 9)),
+               (5, PartitionRecord("t", 1, (3,), (3,), -1, 2, 5))], None, 6)
+    m = metadata_response(img, "EXTERNAL", None)
+    assert m["brokers"] == [{"node_id": 1, "host": "x1", "port": 1, "rack": "a"}]
+    t = m["topics"][0]
+    assert t["configs"] == {"min.insync.replicas": "2"}
+    p0, p1 = t["partitions"]
+    assert (p0["error"], p0["leader"], p0["offline_replicas"]) == (0, 1, [2, 3])
+    assert (p1["error"], p1["leader"]) == (ErrorCode.LEADER_NOT_AVAILABLE, -1)
+    internal = metadata_response(img, "INTERNAL", ["t"])
+    assert [b["node_id"] for b in internal["brokers"]] == [1, 2]

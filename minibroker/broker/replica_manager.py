@@ -1,32 +1,68 @@
 """The broker's data path: every partition replica this broker hosts.
 
-Owns: the `Partition` objects (leader or follower role, driven by metadata),
-Produce / Fetch / ListOffsets handling, delayed produces and fetches
-(purgatory), the follower fetchers, the periodic ISR check and HW
-checkpoints, and carrying ISR proposals to the controller.
+Owns: the `Partition` objects and their roles as metadata dictates (T1/T2),
+Produce / Fetch / ListOffsets handling, delayed produces and parked fetches
+(purgatory), the follower fetchers, the periodic ISR check, HW checkpoints,
+the flush and retention timers, and carrying the leader cores' ISR proposals
+to the controller and their answers back (I5/I6).
 
 Must not know: how metadata arrives (the control path calls `on_metadata`),
-how AlterPartition travels (`AlterPartitionManager.submit`), replication
-rules (they live in minibroker.replication.PartitionLeader).
-
-SKELETON: the signatures of docs/dev/broker-contract.md, so the control path
-can wire it; the bodies land in the following commits.
+how AlterPartition travels (`AlterPartitionManager.submit`), or any
+replication rule: those live in minibroker.replication.PartitionLeader,
+which every leader-side decision goes through. This module only carries
+events in (appends, follower fetches, timer ticks, controller answers) and
+decisions out (complete waiters, wake parked fetches, send proposals),
+always after the core's state change.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+import asyncio
+import logging
+from typing import Any, Callable, Iterable
 
-from minibroker.config import Config
+from minibroker.broker.clock import now_ms as wall_now_ms
+from minibroker.broker.fetcher import FetcherManager, FetcherSettings
+from minibroker.broker.partition import FOLLOWER, LEADER, NONE, Partition, ReadResult
+from minibroker.broker.purgatory import DelayedFetch, DelayedProduce, FetchPurgatory
+from minibroker.config import Config, ConfigError
 from minibroker.errors import ErrorCode, KafkaError
-from minibroker.events import EventSink
-from minibroker.metadata import BrokerRecord, PartitionRecord
+from minibroker.events import Event, EventSink
+from minibroker.metadata import NO_LEADER, BrokerRecord, PartitionRecord
 from minibroker.net.server import RequestContext
+from minibroker.protocol.api import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from minibroker.replication import Decision, PartitionLeader, profile_by_name
+from minibroker.storage import LogConfig
+from minibroker.storage.log_config import PROPERTY_NAMES
+
+log = logging.getLogger("minibroker.broker.replica")
+
+PartitionKey = tuple[str, int]
+
+_RACK_AWARE = "RackAwareReplicaSelector"
+_LEADER_SELECTOR = "LeaderSelector"
+# Core events too frequent to keep (one per follower fetch); successful
+# produce completions are dropped too. Every state transition passes through.
+_HOT_EVENT_KINDS = frozenset({"follower_fetch"})
+_ALTER_PARTITION_RESEND_MS = 50
+_FLUSH_CHECK_MS = 1000
+_OFFSET_CHECKPOINT_MS = 60_000
+
+
+def _code(code: int) -> ErrorCode | int:
+    try:
+        return ErrorCode(code)
+    except ValueError:
+        return code
 
 
 class ReplicaManager:
+    """Invariant: `_partitions` holds exactly the replicas this broker hosts
+    per the metadata applied so far; a partition is in the fetchers exactly
+    when it is a follower with a known leader."""
+
     def __init__(self, *, node_id: int, config: Config, log_manager: Any, image: Any,
                  alter_partition: Any, peers: Any, events: EventSink,
-                 broker_epoch: Callable[[], int]) -> None:
+                 broker_epoch: Callable[[], int], clock: Callable[[], int] = wall_now_ms) -> None:
         self.node_id = node_id
         self.config = config
         self.log_manager = log_manager
@@ -35,30 +71,701 @@ class ReplicaManager:
         self.peers = peers
         self.events = events
         self.broker_epoch = broker_epoch
+        self.clock = clock
+        try:
+            self.profile = profile_by_name(config.get("minibroker.semantics", "kafka"))
+        except ValueError as exc:
+            raise ConfigError(f"minibroker.semantics: {exc}") from None
+        self.lag_max_ms = config.get_int("replica.lag.time.max.ms")
+        self.rack = config.get("broker.rack", "")
+        selector = config.get("replica.selector.class", "").strip()
+        short = selector.rsplit(".", 1)[-1]
+        if short not in ("", _RACK_AWARE, _LEADER_SELECTOR):
+            raise ConfigError(f"replica.selector.class: unknown selector {selector!r} "
+                              f"(use {_RACK_AWARE} or leave empty)")
+        self.rack_aware = short == _RACK_AWARE
+        self.fsync_before_ack = config.get_bool("minibroker.fsync.before.ack")
+        self.hw_checkpoint_interval_ms = config.get_int("replica.high.watermark.checkpoint.interval.ms")
+        self.retention_check_interval_ms = config.get_int("log.retention.check.interval.ms")
+        self.purgatory = FetchPurgatory()
+        self.fetchers = FetcherManager(settings=FetcherSettings.from_config(config, node_id), peers=peers,
+                                       broker_epoch=broker_epoch, hooks=self, sink=events, clock=clock)
+        self._partitions: dict[PartitionKey, Partition] = {}
+        self._log_configs: dict[tuple, LogConfig] = {}
+        self._base_log_config = self._broker_log_config()
+        self._flushing: dict[PartitionKey, asyncio.Future] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._timers: list[asyncio.Task] = []
+        self._closed = False
+
+    # ================================================================ lifecycle
 
     async def start(self) -> None:
-        """Start the ISR-check and HW-checkpoint timers."""
+        """Start the ISR check (every replica.lag.time.max.ms / 2, I1), the HW
+        checkpoint, the flush policy, offset checkpoint and retention timers."""
+        self._timers = [
+            asyncio.ensure_future(self._every(max(self.lag_max_ms // 2, 1), self._isr_check)),
+            asyncio.ensure_future(self._every(self.hw_checkpoint_interval_ms, self._checkpoint_hws)),
+            asyncio.ensure_future(self._every(_FLUSH_CHECK_MS, self._flush_due)),
+            asyncio.ensure_future(self._every(_OFFSET_CHECKPOINT_MS, self._checkpoint_offsets)),
+            asyncio.ensure_future(self._every(self.retention_check_interval_ms, self._retention)),
+        ]
 
     async def shutdown(self) -> None:
-        """Stop fetchers, fail purgatory, checkpoint HWs, shut the logs down."""
+        """Stop fetchers and timers, answer every parked request, checkpoint
+        HWs and close the logs (LogManager.shutdown, in a thread)."""
+        if self._closed:
+            return
+        self._closed = True
+        for t in self._timers:
+            t.cancel()
+        await self.fetchers.shutdown()
+        now = self.clock()
+        for part in list(self._partitions.values()):
+            if part.core is not None:
+                self._apply(part, part.core.fail_all_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER, now), now)
+        self.purgatory.complete_all()
+        for t in list(self._tasks):
+            t.cancel()
+        for t in [*self._timers, *self._tasks]:
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        if self.log_manager is not None:
+            hws = {k: p.hw for k, p in self._partitions.items()}
+            await asyncio.to_thread(self.log_manager.shutdown, hws)
+
+    async def _every(self, interval_ms: int, fn: Callable[[], Any]) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                r = fn()
+                if asyncio.iscoroutine(r):
+                    await r
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("periodic task %s failed", getattr(fn, "__name__", fn))
+
+    def _core_sink(self, e: Event) -> None:
+        if e.kind in _HOT_EVENT_KINDS or (e.kind == "produce_completed" and e.after == "NONE"):
+            return
+        self.events(e)
+
+    def _spawn(self, coro: Any) -> asyncio.Task:
+        t = asyncio.ensure_future(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+        return t
+
+    # ================================================================ metadata
 
     def on_metadata(self, partitions: list[PartitionRecord], brokers: list[BrokerRecord], now_ms: int) -> None:
-        """Apply a batch of metadata changes (T1/T2)."""
+        """Triggered after each applied metadata batch: broker eligibility
+        changes go to the leader cores (fencing, KIP-903 epochs); each
+        partition record makes this broker leader, follower or neither."""
+        if brokers:
+            self._on_brokers(brokers, now_ms)
+        for rec in partitions:
+            try:
+                self._apply_partition(rec, now_ms)
+            except Exception:
+                log.exception("applying metadata for %s failed", rec.name)
+        gone = [p for k, p in self._partitions.items() if k[0] not in self.image.topics]
+        for part in gone:
+            self._stop_replica(part, now_ms, f"topic {part.topic} deleted", delete=True)
+
+    def on_partitions_removed(self, partitions: list[PartitionRecord], now_ms: int) -> None:
+        """Triggered when metadata removed a topic: stop and delete its replicas."""
+        for rec in partitions:
+            part = self._partitions.get(rec.key)
+            if part is not None:
+                self._stop_replica(part, now_ms, f"topic {rec.topic} deleted", delete=True)
+
+    def _on_brokers(self, brokers: list[BrokerRecord], now_ms: int) -> None:
+        changed = {b.broker_id: b for b in brokers}
+        for part in self._partitions.values():
+            core = part.core
+            if core is None:
+                continue
+            for r in core.replicas:
+                b = changed.get(r)
+                if b is not None and r != self.node_id:
+                    eligible = not b.fenced and not b.in_controlled_shutdown
+                    self._apply(part, core.set_replica_eligibility(r, eligible, b.broker_epoch, now_ms), now_ms)
+
+    def _eligibility(self, replicas: Iterable[int]) -> list[tuple[int, bool, int]]:
+        out = []
+        for r in replicas:
+            b = self.image.brokers.get(r)
+            if b is None:
+                out.append((r, False, -1))
+            else:
+                out.append((r, not b.fenced and not b.in_controlled_shutdown, b.broker_epoch))
+        return out
+
+    def _apply_partition(self, rec: PartitionRecord, now_ms: int) -> None:
+        key = rec.key
+        part = self._partitions.get(key)
+        if self.node_id not in rec.replicas:
+            if part is not None:
+                self._stop_replica(part, now_ms, f"no longer a replica: {rec.reason or 'reassigned'}",
+                                   delete=True)
+            return
+        if part is not None and rec.partition_epoch < part.partition_epoch:
+            return                                    # I7: older than what we hold
+        if part is None:
+            part = self._create_partition(rec.topic, rec.partition)
+        if rec.leader == self.node_id:
+            self._make_leader(part, rec, now_ms)
+        else:
+            self._make_follower(part, rec, now_ms)
+
+    def _create_partition(self, topic: str, index: int) -> Partition:
+        lg = self.log_manager.get_or_create(topic, index, self._log_config(topic))
+        hw = self.log_manager.load_high_watermark(topic, index)
+        part = Partition(topic, index, node_id=self.node_id, log=lg, hw=hw, sink=self._core_sink)
+        self._partitions[part.key] = part
+        return part
+
+    def _make_leader(self, part: Partition, rec: PartitionRecord, now_ms: int) -> None:
+        self.fetchers.remove(part.key)
+        was = part.role
+        old_epoch = part.leader_epoch
+        decisions = part.make_leader(
+            rec, now_ms, profile=self.profile, lag_max_ms=self.lag_max_ms,
+            min_isr=self._min_isr(part.topic), broker_epoch=self.broker_epoch(),
+            eligibility=self._eligibility(rec.replicas))
+        for d in decisions:
+            self._apply(part, d, now_ms)
+        if was != LEADER or rec.leader_epoch != old_epoch:
+            self.purgatory.on_state_change(part.key)
+            if part.log.epoch_cache_dirty:
+                self._spawn(self._persist_epochs(part))
+
+    def _make_follower(self, part: Partition, rec: PartitionRecord, now_ms: int) -> None:
+        was = part.role
+        failed, new_epoch = part.make_follower(rec, now_ms)
+        if failed is not None:
+            self._apply(part, failed, now_ms)
+        if rec.leader == NO_LEADER:
+            self.fetchers.remove(part.key)
+        elif new_epoch or self.fetchers.state(part.key) is None:
+            part.initial_fetch_offset(now_ms)
+            self.fetchers.add(part, rec.leader, rec.leader_epoch)
+        if new_epoch or was != FOLLOWER:
+            self.purgatory.on_state_change(part.key)
+
+    def _stop_replica(self, part: Partition, now_ms: int, reason: str, *, delete: bool) -> None:
+        self.fetchers.remove(part.key)
+        failed = part.make_none(now_ms, reason)
+        if failed is not None:
+            self._apply(part, failed, now_ms)
+        self._partitions.pop(part.key, None)
+        self.purgatory.on_state_change(part.key)
+        if delete and self.log_manager is not None:
+            self._spawn(asyncio.to_thread(self.log_manager.delete_log, part.topic, part.index))
+
+    async def _persist_epochs(self, part: Partition) -> None:
+        try:
+            await asyncio.to_thread(part.log.persist_epoch_cache)
+        except Exception as exc:
+            log.warning("%s: writing the leader-epoch checkpoint failed: %s", part.name, exc)
+
+    def _min_isr(self, topic: str) -> int:
+        try:
+            return max(1, int(self.image.topic_config(topic, "min.insync.replicas")))
+        except (ValueError, ConfigError):
+            return 1
+
+    def _broker_log_config(self) -> LogConfig:
+        props = {k: self.config.get(k) for k in PROPERTY_NAMES
+                 if k.startswith(("log.", "message.")) and k in self.config.as_dict()}
+        try:
+            return LogConfig.from_properties(props)
+        except KafkaError as exc:
+            raise ConfigError(f"log configuration: {exc.message}") from None
+
+    def _log_config(self, topic: str) -> LogConfig:
+        t = self.image.topics.get(topic)
+        overrides = tuple(sorted((k, v) for k, v in (t.configs if t else {}).items() if k in PROPERTY_NAMES))
+        cfg = self._log_configs.get(overrides)
+        if cfg is None:
+            try:
+                cfg = LogConfig.from_properties(dict(overrides), base=self._base_log_config)
+            except KafkaError as exc:
+                log.warning("topic %s: bad log config (%s); using broker defaults", topic, exc.message)
+                cfg = self._base_log_config
+            self._log_configs[overrides] = cfg
+        return cfg
+
+    # ================================================================ decisions
+
+    def _apply(self, part: Partition, d: Decision, now_ms: int) -> None:
+        """Carry out one core decision, after its state change: wake
+        consumer fetches on an HW move, complete acks=all waiters, send the
+        ISR proposal."""
+        if d.hw_moved and self.purgatory.watching(part.key):
+            self.purgatory.on_hw_move(part.key, part.readable_bytes(d.old_hw, d.new_hw))
+        for token, code in d.completed:
+            token.complete(code)  # type: ignore[attr-defined]
+        if d.isr_proposal is not None and part.core is not None:
+            self._submit_isr(part, part.core)
+
+    def _submit_isr(self, part: Partition, core: PartitionLeader) -> None:
+        pending = core.pending
+        if pending is None or self._closed:
+            return
+        items = [{"broker_id": b, "broker_epoch": e} for b, e in core.isr_with_broker_epochs(pending.isr)]
+        self._spawn(self._alter_partition(part, core, pending, items))
+
+    async def _alter_partition(self, part: Partition, core: PartitionLeader, pending: Any,
+                               items: list[dict]) -> None:
+        """Send one ISR proposal and feed the controller's answer back to the
+        core (I6): success adopts the controller's ISR; errors go to the core,
+        which reverts, stays pending, or asks to resend (after 50 ms)."""
+        try:
+            result = await self.alter_partition.submit(part.topic, part.index, core.leader_epoch,
+                                                       pending.partition_epoch, items)
+        except KafkaError as exc:
+            if self._closed or part.core is not core:
+                return
+            now = self.clock()
+            d = core.on_alter_partition_error(exc.code, now)
+        else:
+            if self._closed or part.core is not core:
+                return
+            now = self.clock()
+            code = result.get("error", 0)
+            if code == 0:
+                d = core.apply_committed_isr(list(result.get("isr", ())), int(result.get("partition_epoch", -1)),
+                                             now, leader_epoch=result.get("leader_epoch"))
+            else:
+                d = core.on_alter_partition_error(_code(code), now)
+        resend = d.isr_proposal is not None
+        d.isr_proposal = None
+        self._apply(part, d, now)
+        if resend:
+            asyncio.get_running_loop().call_later(_ALTER_PARTITION_RESEND_MS / 1000,
+                                                  self._resend_isr, part, core, core.pending)
+
+    def _resend_isr(self, part: Partition, core: PartitionLeader, pending: Any) -> None:
+        if part.core is core and core.pending is pending and pending is not None:
+            self._submit_isr(part, core)
+
+    # ================================================================ timers
+
+    def _isr_check(self) -> None:
+        """I1/I2: every replica.lag.time.max.ms / 2 over the partitions we lead."""
+        now = self.clock()
+        for part in list(self._partitions.values()):
+            core = part.core
+            if core is not None:
+                self._apply(part, core.maybe_shrink_isr(now), now)
+
+    async def _checkpoint_hws(self) -> None:
+        if self.log_manager is None or not self._partitions:
+            return
+        hws = {k: p.hw for k, p in self._partitions.items()}
+        await asyncio.to_thread(self.log_manager.checkpoint_high_watermarks, hws)
+
+    async def _flush_due(self) -> None:
+        if self.log_manager is None:
+            return
+        now = self.clock()
+        if any(p.log.needs_flush(now) or p.log.epoch_cache_dirty for p in self._partitions.values()):
+            await asyncio.to_thread(self.log_manager.flush_due, now)
+
+    async def _checkpoint_offsets(self) -> None:
+        if self.log_manager is not None and self._partitions:
+            await asyncio.to_thread(self.log_manager.checkpoint_offsets)
+
+    def _retention(self) -> None:
+        now = self.clock()
+        for part in list(self._partitions.values()):
+            if part.log.delete_old_segments(now, high_watermark=part.hw):
+                if part.log.log_start_offset > part.hw and part.core is None:
+                    part.update_follower_hw(part.log.log_start_offset, -1, now)
+
+    # ================================================================ flushing
+
+    async def _flush_through(self, part: Partition, offset: int) -> None:
+        """fsync `part` up to `offset`, sharing one flush among concurrent callers."""
+        lg = part.log
+        key = part.key
+        while lg.recovery_point < offset <= lg.log_end_offset and not lg.closed:
+            fut = self._flushing.get(key)
+            if fut is None:
+                fut = asyncio.ensure_future(asyncio.to_thread(lg.flush))
+                self._flushing[key] = fut
+                fut.add_done_callback(lambda f, k=key: self._flushing.pop(k, None)
+                                      if self._flushing.get(k) is f else None)
+            await asyncio.shield(fut)
+
+    # -- FetcherHooks -----------------------------------------------------------
+
+    async def flush(self, parts: list[Partition]) -> None:
+        """Follower appends are fsynced before the next Fetch acknowledges them."""
+        if self.fsync_before_ack:
+            await asyncio.gather(*(self._flush_through(p, p.leo) for p in parts))
+
+    def on_follower_progress(self, part: Partition, old_hw: int, appended_bytes: int) -> None:
+        """R9: a follower's HW rose: wake consumer reads it serves (KIP-392)."""
+        if self.purgatory.watching(part.key):
+            if appended_bytes:
+                self.purgatory.on_append(part.key, appended_bytes)
+            new_hw = part.hw
+            if new_hw > old_hw:
+                self.purgatory.on_hw_move(part.key, part.readable_bytes(old_hw, new_hw))
+
+    def on_follower_truncated(self, part: Partition) -> None:
+        self.purgatory.on_state_change(part.key)
+
+    # ================================================================ Produce
 
     async def handle_produce(self, ctx: RequestContext, body: dict) -> dict | None:
-        raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "produce not wired yet")
+        """P1-P8. acks=0: no response, and a failed partition closes the
+        connection; acks=1: answer after the local append; acks=-1: park until
+        the core resolves every appended partition or timeout_ms passes."""
+        acks = body["acks"]
+        now = self.clock()
+        valid_acks = acks in (-1, 0, 1)
+        delayed: DelayedProduce | None = None
+        registered: list[tuple[PartitionLeader, Any]] = []
+        flushes: list[tuple[Partition, int, dict]] = []
+        failed = False
+        topics_out = []
+        for t in body["topics"]:
+            topic = t["topic"]
+            plist = []
+            for p in t["partitions"]:
+                entry = {"partition": p["partition"], "error": 0, "base_offset": -1,
+                         "log_start_offset": -1, "message": ""}
+                plist.append(entry)
+                if not valid_acks:
+                    entry["error"] = int(ErrorCode.INVALID_REQUIRED_ACKS)
+                    entry["message"] = f"acks must be -1, 0 or 1, not {acks}"
+                    failed = True
+                    continue
+                key = (topic, p["partition"])
+                part = self._partitions.get(key)
+                core = part.core if part is not None else None
+                if core is None:
+                    entry["error"] = int(self._not_hosted_error(key))
+                    failed = True
+                    continue
+                code = core.check_produce(acks)
+                if code != ErrorCode.NONE:
+                    entry["error"] = int(code)
+                    entry["message"] = (f"ISR {list(core.isr)} is below min.insync.replicas "
+                                        f"{core.effective_min_isr}")
+                    failed = True
+                    continue
+                records = p["records"]
+                try:
+                    first, last, d = part.append_as_leader(records, now)  # type: ignore[union-attr]
+                except KafkaError as exc:
+                    entry["error"] = int(exc.code)
+                    entry["message"] = exc.message
+                    failed = True
+                    continue
+                entry["base_offset"] = first
+                entry["log_start_offset"] = part.log_start_offset  # type: ignore[union-attr]
+                if self.purgatory.watching(key):
+                    self.purgatory.on_append(key, len(records))
+                self._apply(part, d, now)  # type: ignore[arg-type]
+                if self.fsync_before_ack or (acks == -1 and part.log.config.flush_on_acks_all):  # type: ignore[union-attr]
+                    flushes.append((part, last + 1, entry))  # type: ignore[arg-type]
+                if acks == -1:
+                    if delayed is None:
+                        delayed = DelayedProduce()
+                    w = delayed.add(entry, key)
+                    registered.append((core, w))
+                    self._apply(part, core.add_waiter(last + 1, w, now), now)  # type: ignore[arg-type]
+            topics_out.append({"topic": topic, "partitions": plist})
+        if acks == 0:
+            if failed:
+                ctx.conn.abort("acks=0 produce failed on a partition; closing so the client refreshes metadata")
+            elif flushes:
+                await self._flush_all(flushes)
+            return None
+        try:
+            if flushes:
+                await self._flush_all(flushes)
+            if delayed is not None:
+                await delayed.wait(body["timeout_ms"])
+        finally:
+            for core, w in registered:
+                if not w.done:
+                    core.remove_waiter(w)
+        return {"topics": topics_out}
+
+    async def _flush_all(self, flushes: list[tuple[Partition, int, dict]]) -> None:
+        async def one(part: Partition, offset: int, entry: dict) -> None:
+            try:
+                await self._flush_through(part, offset)
+            except KafkaError as exc:
+                entry["error"], entry["message"] = int(exc.code), exc.message
+            except OSError as exc:
+                entry["error"], entry["message"] = int(ErrorCode.KAFKA_STORAGE_ERROR), str(exc)
+        await asyncio.gather(*(one(*f) for f in flushes))
+
+    def _not_hosted_error(self, key: PartitionKey) -> ErrorCode:
+        """P2: a known partition without a local leader replica is
+        NOT_LEADER_OR_FOLLOWER; an unknown one UNKNOWN_TOPIC_OR_PARTITION."""
+        if key in self.image.partitions:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+    # ================================================================ Fetch
 
     async def handle_fetch(self, ctx: RequestContext, body: dict) -> dict:
-        raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "fetch not wired yet")
+        """F1-F12. Followers (replica_id >= 0, authenticated only) read to
+        the LEO and update their state on the leader on this initial read
+        only; consumers read to the HW of the replica they hit. Parks until
+        min_bytes are readable, a partition's state changes, or max_wait_ms."""
+        replica_id = body["replica_id"]
+        if replica_id >= 0 and not ctx.authenticated:
+            raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                             f"Fetch as replica {replica_id} needs an authenticated inter-broker connection")
+        now = self.clock()
+        requests = [(t["topic"], p) for t in body["topics"] for p in t["partitions"]]
+        results, total, respond_now = self._read_all(requests, body, now, initial=True)
+        if (respond_now or body["max_wait_ms"] <= 0 or not requests or total >= body["min_bytes"]):
+            return self._fetch_response(requests, results)
+        op = DelayedFetch([(t, p["partition"]) for t, p in requests], body["min_bytes"] - total,
+                          follower=replica_id >= 0)
+        self.purgatory.watch(op)
+        try:
+            await op.wait(body["max_wait_ms"])
+        finally:
+            self.purgatory.close(op)
+        results, _, _ = self._read_all(requests, body, self.clock(), initial=False)
+        return self._fetch_response(requests, results)
+
+    def _read_all(self, requests: list[tuple[str, dict]], body: dict, now: int,
+                  initial: bool) -> tuple[list[ReadResult], int, bool]:
+        budget = body["max_bytes"]
+        total = 0
+        respond_now = False
+        results = []
+        for topic, p in requests:
+            max_bytes = min(p["partition_max_bytes"], budget - total)
+            r = self._read_partition(topic, p, body, now, max(max_bytes, 0), total == 0, initial)
+            total += len(r.records)
+            if r.error or r.diverging_epoch is not None or r.preferred_read_replica >= 0:
+                respond_now = True
+            results.append(r)
+        return results, total, respond_now
+
+    def _read_partition(self, topic: str, p: dict, body: dict, now: int, max_bytes: int,
+                        min_one: bool, initial: bool) -> ReadResult:
+        key = (topic, p["partition"])
+        part = self._partitions.get(key)
+        if part is None or part.role == NONE:
+            return ReadResult(self._not_hosted_error(key))
+        code = part.check_leader_epoch(p["current_leader_epoch"])     # F3, before the leader check
+        if code != ErrorCode.NONE:
+            return ReadResult(code)
+        replica_id = body["replica_id"]
+        offset = p["fetch_offset"]
+        core = part.core
+        if replica_id >= 0:
+            if core is None:
+                return ReadResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            hw, log_start = core.hw, part.log_start_offset           # F7: before side effects
+            err, div = part.divergence(offset, p["last_fetched_epoch"])
+            if err != ErrorCode.NONE:
+                return ReadResult(err, hw, log_start)
+            if div is not None:
+                return ReadResult(ErrorCode.NONE, hw, log_start, diverging_epoch=div)
+            if initial:
+                d = core.on_follower_fetch(replica_id, offset, now, broker_epoch=body["broker_epoch"],
+                                           log_start_offset=p["log_start_offset"],
+                                           has_leader_epoch=p["current_leader_epoch"] >= 0)
+                if d.error != ErrorCode.NONE:
+                    return ReadResult(d.error, hw, log_start)
+                self._apply(part, d, now)
+            limit = part.leo
+        else:
+            rack = body["rack_id"]
+            if core is None:
+                if not rack:                                          # F2: no client metadata
+                    return ReadResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                hw = part.hw                                          # FF4: our own HW
+            else:
+                hw = core.hw
+                if rack and self.rack_aware:
+                    pref = self._preferred_read_replica(part, core, offset, rack)
+                    if pref != self.node_id:                          # FF3: redirect, no read
+                        return ReadResult(ErrorCode.NONE, hw, part.log_start_offset,
+                                          preferred_read_replica=pref)
+            log_start = part.log_start_offset
+            limit = hw
+        try:
+            records = part.read(offset, max_bytes, limit, min_one)
+        except KafkaError as exc:
+            return ReadResult(_code(exc.code), hw, log_start, message=exc.message)  # type: ignore[arg-type]
+        return ReadResult(ErrorCode.NONE, hw, log_start, records)
+
+    def _preferred_read_replica(self, part: Partition, core: PartitionLeader, offset: int, rack: str) -> int:
+        """FF1-FF2 (RackAwareReplicaSelector): the leader if it is in the
+        consumer's rack or no in-sync follower is; else the same-rack ISR
+        follower holding the offset with the highest LEO, then the latest
+        catch-up, then the highest id."""
+        if self.rack == rack:
+            return self.node_id
+        best: tuple[int, int, int] | None = None
+        brokers = self.image.brokers
+        for r in core.isr:
+            if r == self.node_id:
+                continue
+            b = brokers.get(r)
+            if b is None or b.fenced or b.rack != rack:
+                continue
+            f = core.followers.get(r)
+            if f is None or f.leo < 0 or not max(f.log_start_offset, 0) <= offset <= f.leo:
+                continue
+            cand = (f.leo, f.last_caught_up_ms or 0, r)
+            if best is None or cand > best:
+                best = cand
+        return best[2] if best is not None else self.node_id
+
+    def _fetch_response(self, requests: list[tuple[str, dict]], results: list[ReadResult]) -> dict:
+        topics: dict[str, list[dict]] = {}
+        for (topic, p), r in zip(requests, results):
+            entry = {
+                "partition": p["partition"], "error": int(r.error), "high_watermark": r.high_watermark,
+                "last_stable_offset": r.high_watermark, "log_start_offset": r.log_start_offset,
+                "diverging_epoch": ({"epoch": r.diverging_epoch[0], "end_offset": r.diverging_epoch[1]}
+                                    if r.diverging_epoch is not None else None),
+                "preferred_read_replica": r.preferred_read_replica,
+                "current_leader": None, "records": r.records,
+            }
+            if r.error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH):
+                rec = self.image.partitions.get((topic, p["partition"]))
+                if rec is not None:
+                    entry["current_leader"] = {"leader_id": rec.leader, "leader_epoch": rec.leader_epoch}
+            if r.message:
+                entry["message"] = r.message
+            topics.setdefault(topic, []).append(entry)
+        return {"error": 0, "throttle_time_ms": 0,
+                "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}
+
+    # ================================================================ ListOffsets
 
     async def handle_list_offsets(self, ctx: RequestContext, body: dict) -> dict:
-        raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "list offsets not wired yet")
+        """EARLIEST -> log start; LATEST -> the HW for clients (OFFSET_NOT_AVAILABLE
+        while the leader's HW is below its epoch start, T4), the LEO for
+        replicas. Only the leader answers; epochs are checked first (F3)."""
+        replica_id = body["replica_id"]
+        if replica_id >= 0 and not ctx.authenticated:
+            raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                             f"ListOffsets as replica {replica_id} needs an authenticated connection")
+        out = []
+        for t in body["topics"]:
+            plist = []
+            for p in t["partitions"]:
+                plist.append(self._list_offset(t["topic"], p, replica_id))
+            out.append({"topic": t["topic"], "partitions": plist})
+        return {"topics": out}
+
+    def _list_offset(self, topic: str, p: dict, replica_id: int) -> dict:
+        entry: dict[str, Any] = {"partition": p["partition"], "error": 0, "offset": -1,
+                                 "leader_epoch": -1, "timestamp": -1}
+        key = (topic, p["partition"])
+        part = self._partitions.get(key)
+        if part is None or part.role == NONE:
+            entry["error"] = int(self._not_hosted_error(key))
+            return entry
+        code = part.check_leader_epoch(p["current_leader_epoch"])
+        if code == ErrorCode.NONE and part.core is None:
+            code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if code != ErrorCode.NONE:
+            entry["error"] = int(code)
+            return entry
+        core = part.core
+        assert core is not None
+        ts = p["timestamp"]
+        if ts == EARLIEST_TIMESTAMP:
+            start = part.log_start_offset
+            epoch = part.log.epoch_cache.epoch_for_offset(start)
+            entry["offset"], entry["leader_epoch"] = start, -1 if epoch is None else epoch
+        elif ts == LATEST_TIMESTAMP:
+            if replica_id >= 0:
+                entry["offset"] = part.leo
+            elif core.epoch_start_offset > core.hw:
+                entry["error"] = int(ErrorCode.OFFSET_NOT_AVAILABLE)
+                return entry
+            else:
+                entry["offset"] = core.hw
+            entry["leader_epoch"] = core.leader_epoch
+        else:
+            entry["error"] = int(ErrorCode.INVALID_REQUEST)
+            entry["message"] = f"timestamp {ts}: only -1 (latest) and -2 (earliest) are supported"
+        return entry
+
+    # ================================================================ status
 
     def replica_status(self, topics: list[str] | None) -> dict:
-        return {"node_id": self.node_id, "partitions": []}
+        """Body of the ReplicaStatus response: this broker's view of each replica."""
+        now = self.clock()
+        wanted = set(topics) if topics is not None else None
+        out = []
+        for key in sorted(self._partitions):
+            if wanted is not None and key[0] not in wanted:
+                continue
+            part = self._partitions[key]
+            core = part.core
+            entry: dict[str, Any] = {
+                "topic": key[0], "partition": key[1], "role": part.role,
+                "leader": part.leader_id, "leader_epoch": part.leader_epoch,
+                "partition_epoch": part.partition_epoch, "leo": part.leo, "hw": part.hw,
+                "log_start_offset": part.log_start_offset,
+            }
+            if core is not None:
+                pending = core.pending
+                entry.update({
+                    "partition_epoch": core.partition_epoch,
+                    "isr": list(core.isr), "maximal_isr": list(core.maximal_isr),
+                    "pending": None if pending is None else {
+                        "kind": pending.kind, "isr": list(pending.isr), "replicas": list(pending.replicas)},
+                    "epoch_start_offset": core.epoch_start_offset,
+                    "replicas": [self._replica_view(core, r, now, part) for r in core.replicas],
+                })
+            else:
+                st = self.fetchers.state(key)
+                entry.update({
+                    "isr": list(part.isr), "maximal_isr": list(part.isr), "pending": None,
+                    "replicas": [{"broker_id": r, "leo": part.leo if r == self.node_id else -1,
+                                  "last_caught_up_ms_ago": None, "last_fetch_ms_ago": None,
+                                  "in_isr": r in part.isr, "caught_up": None} for r in part.replicas],
+                    "fetch_state": None if st is None else {
+                        "leader": part.leader_id, "leader_epoch": st.leader_epoch, "failed": st.failed,
+                        "backing_off": st.backoff_until_ms > now, "last_error": st.last_error},
+                })
+            out.append(entry)
+        return {"node_id": self.node_id, "partitions": out}
+
+    def _replica_view(self, core: PartitionLeader, r: int, now: int, part: Partition) -> dict:
+        if r == self.node_id:
+            return {"broker_id": r, "leo": part.leo, "last_caught_up_ms_ago": 0, "last_fetch_ms_ago": 0,
+                    "in_isr": True, "caught_up": True}
+        f = core.followers[r]
+        return {
+            "broker_id": r, "leo": f.leo,
+            "last_caught_up_ms_ago": None if f.last_caught_up_ms is None else now - f.last_caught_up_ms,
+            "last_fetch_ms_ago": None if f.last_fetch_ms is None else now - f.last_fetch_ms,
+            "in_isr": r in core.isr, "caught_up": core.is_caught_up(r, now),
+        }
 
     def leaderships(self) -> list[tuple[str, int]]:
-        return []
+        return sorted(k for k, p in self._partitions.items() if p.core is not None)
 
     def high_watermark(self, topic: str, partition: int) -> int | None:
-        return None
+        part = self._partitions.get((topic, partition))
+        return None if part is None else part.hw
+
+    def partition(self, topic: str, partition: int) -> Partition | None:
+        return self._partitions.get((topic, partition))

@@ -1,0 +1,341 @@
+"""One partition replica hosted on this broker: the driver half of Kafka's Partition.scala.
+
+Owns, for one partition: its `PartitionLog`, its role (leader / follower /
+none) as metadata last said, the leader id and epochs it knows, the HW when
+it is not leader, and, while it leads, the `PartitionLeader` core that makes
+every replication decision (ISR, HW, acks=all waiters). Also a small record
+of recent append sizes so parked fetches can count readable bytes without
+touching the log.
+
+Must not know: sockets, requests or responses as a whole, purgatory, other
+partitions, the controller. Methods change local state and return what
+changed (`Decision`s from the core, byte counts); the `ReplicaManager`
+completes waiters and wakes parked fetches afterwards.
+
+Every check that Kafka's Partition does before a read lives here
+(epoch fencing F3, the divergence check F5, read bounds F1/F6); the
+rules about followers (L2, I3, H1...) stay in the core.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from minibroker.errors import ErrorCode, KafkaError
+from minibroker.events import Event, EventSink
+from minibroker.metadata import NO_LEADER, PartitionRecord
+from minibroker.replication import Decision, PartitionLeader, Profile, truncation_offset
+
+LEADER = "leader"
+FOLLOWER = "follower"
+NONE = "none"
+UNDEFINED = -1
+
+
+class ByteTracker:
+    """Cumulative bytes appended, by batch boundary, for recent appends.
+
+    Invariant: `_ends` ascends; `_cum[i]` is the bytes appended up to
+    offset `_ends[i]`; offsets below `_ends[0]` are unknown (None).
+    """
+
+    __slots__ = ("_ends", "_cum", "_cap")
+
+    def __init__(self, start_offset: int, cap: int = 8192) -> None:
+        self._ends = [start_offset]
+        self._cum = [0]
+        self._cap = cap
+
+    def on_append(self, next_offset: int, nbytes: int) -> None:
+        """An append ended at `next_offset` (exclusive) and added `nbytes`."""
+        if next_offset <= self._ends[-1]:
+            self.reset(next_offset)
+            return
+        self._ends.append(next_offset)
+        self._cum.append(self._cum[-1] + nbytes)
+        if len(self._ends) > self._cap:
+            half = len(self._ends) // 2
+            del self._ends[:half]
+            del self._cum[:half]
+
+    def bytes_between(self, start: int, end: int) -> int | None:
+        """Bytes between offsets `start` and `end` (batch-granular), or None
+        when `start` is older than what is tracked."""
+        if end <= start:
+            return 0
+        if start < self._ends[0]:
+            return None
+        i = bisect.bisect_right(self._ends, start) - 1
+        j = bisect.bisect_right(self._ends, end) - 1
+        return self._cum[j] - self._cum[i]
+
+    def truncate(self, offset: int) -> None:
+        """The log was truncated to `offset`: forget boundaries above it."""
+        j = bisect.bisect_right(self._ends, offset)
+        if j == 0:
+            self.reset(offset)
+            return
+        del self._ends[j:]
+        del self._cum[j:]
+
+    def reset(self, offset: int) -> None:
+        self._ends = [offset]
+        self._cum = [0]
+
+
+@dataclass(slots=True)
+class ReadResult:
+    """One partition's share of a Fetch response, before it is put on the wire.
+
+    HW, LSO and log start are captured before any side effect (F7).
+    """
+    error: ErrorCode = ErrorCode.NONE
+    high_watermark: int = UNDEFINED
+    log_start_offset: int = UNDEFINED
+    records: bytes = b""
+    diverging_epoch: tuple[int, int] | None = None
+    preferred_read_replica: int = UNDEFINED
+    message: str = ""
+
+
+class Partition:
+    """Invariant: `core` is not None exactly when role == LEADER, and then
+    core.leader_epoch == leader_epoch. `_hw` is meaningful only when not
+    leader (the core owns the leader's HW); log_start <= hw <= LEO."""
+
+    def __init__(self, topic: str, index: int, *, node_id: int, log: Any, hw: int,
+                 sink: EventSink) -> None:
+        self.topic = topic
+        self.index = index
+        self.key = (topic, index)
+        self.name = f"{topic}-{index}"
+        self.node_id = node_id
+        self.log = log
+        self._sink = sink
+        self.role = NONE
+        self.leader_id = NO_LEADER
+        self.leader_epoch = UNDEFINED          # T3: a new partition starts at -1
+        self.partition_epoch = UNDEFINED
+        self.replicas: tuple[int, ...] = ()
+        self.isr: tuple[int, ...] = ()         # as metadata says (followers keep no ISR of their own)
+        self.core: PartitionLeader | None = None
+        self._hw = self._clamp(hw)
+        self.tracker = ByteTracker(log.log_end_offset)
+        self.last_fetch_error: ErrorCode | None = None
+
+    # ------------------------------------------------------------ queries
+
+    @property
+    def hw(self) -> int:
+        core = self.core
+        return core.hw if core is not None else self._hw
+
+    @property
+    def leo(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    @property
+    def is_leader(self) -> bool:
+        return self.core is not None
+
+    def _clamp(self, hw: int) -> int:
+        return min(max(hw, self.log.log_start_offset), self.log.log_end_offset)
+
+    def check_leader_epoch(self, requested: int) -> ErrorCode:
+        """F3: a request's current leader epoch against ours (-1 = not given)."""
+        if requested < 0 or requested == self.leader_epoch:
+            return ErrorCode.NONE
+        if requested < self.leader_epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        return ErrorCode.UNKNOWN_LEADER_EPOCH
+
+    # ------------------------------------------------------------ role changes
+
+    def make_leader(self, rec: PartitionRecord, now_ms: int, *, profile: Profile, lag_max_ms: int,
+                    min_isr: int, broker_epoch: int,
+                    eligibility: Iterable[tuple[int, bool, int]]) -> list[Decision]:
+        """Metadata names this broker leader (T1). A new leader epoch writes
+        the epoch-cache entry (E2) before anything else; an existing core
+        takes the update itself (I7, re-election L4). Returns the core's
+        decisions for the driver to carry out."""
+        decisions: list[Decision] = []
+        new_epoch = rec.leader_epoch > self.leader_epoch
+        if new_epoch:
+            self.log.assign_leader_epoch(rec.leader_epoch)
+        core = self.core
+        if core is not None:
+            decisions.append(core.on_metadata(list(rec.isr), rec.partition_epoch, rec.leader_epoch,
+                                              list(rec.replicas), now_ms))
+        else:
+            isr = list(rec.isr) if self.node_id in rec.isr else [*rec.isr, self.node_id]
+            core = PartitionLeader(
+                self.name, list(rec.replicas), self.node_id,
+                leader_epoch=rec.leader_epoch, partition_epoch=rec.partition_epoch, isr=isr,
+                leo=self.log.log_end_offset, hw=self._clamp(self._hw),
+                log_start_offset=self.log.log_start_offset, lag_max_ms=lag_max_ms, min_isr=min_isr,
+                profile=profile, now_ms=now_ms, sink=self._sink, broker_epoch=broker_epoch)
+            self.core = core
+            decisions.append(core.initial_decision)
+        for replica, eligible, epoch in eligibility:
+            if replica != self.node_id:
+                decisions.append(core.set_replica_eligibility(replica, eligible, epoch, now_ms))
+        self.role = LEADER
+        self._adopt(rec)
+        return decisions
+
+    def make_follower(self, rec: PartitionRecord, now_ms: int) -> tuple[Decision | None, bool]:
+        """Metadata names another broker (or nobody) leader (T2). Fails the
+        acks=all waiters of a lost leadership; keeps the log as it is (no
+        eager truncation, R1). Returns (that failure decision, whether the
+        leader epoch rose, i.e. fetching must restart)."""
+        failed = None
+        core = self.core
+        was = self.role
+        if core is not None:
+            self._hw = core.hw
+            failed = core.fail_all_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER, now_ms)
+            self.core = None
+        new_epoch = rec.leader_epoch > self.leader_epoch
+        self.role = FOLLOWER
+        before = {"role": was, "leader": self.leader_id, "leader_epoch": self.leader_epoch}
+        self._adopt(rec)
+        if new_epoch or was != FOLLOWER:
+            self._emit("became_follower", now_ms, before,
+                       {"role": FOLLOWER, "leader": rec.leader, "leader_epoch": rec.leader_epoch},
+                       rec.reason or "metadata", leo=self.leo, hw=self._hw)
+        return failed, new_epoch
+
+    def make_none(self, now_ms: int, reason: str) -> Decision | None:
+        """This broker no longer hosts a replica (reassigned away, topic deleted)."""
+        failed = None
+        if self.core is not None:
+            self._hw = self.core.hw
+            failed = self.core.fail_all_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER, now_ms)
+            self.core = None
+        if self.role != NONE:
+            self._emit("stopped_replica", now_ms, self.role, NONE, reason)
+        self.role = NONE
+        return failed
+
+    def _adopt(self, rec: PartitionRecord) -> None:
+        self.leader_id = rec.leader
+        self.leader_epoch = rec.leader_epoch
+        self.partition_epoch = rec.partition_epoch
+        self.replicas = rec.replicas
+        self.isr = rec.isr
+
+    # ------------------------------------------------------------ leader: produce
+
+    def append_as_leader(self, records: bytes, now_ms: int) -> tuple[int, int, Decision]:
+        """Produce path (P4): validate, stamp with our epoch, append, tell the
+        core the new LEO. Returns (first offset, last offset, decision).
+        Raises KafkaError (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, ...) with
+        nothing written."""
+        core = self.core
+        assert core is not None
+        res = self.log.append_as_leader(records, core.leader_epoch, now_ms=now_ms)
+        next_offset = res.last_offset + 1
+        self.tracker.on_append(next_offset, len(records))
+        return res.first_offset, res.last_offset, core.on_append(next_offset, now_ms)
+
+    # ------------------------------------------------------------ leader: fetch
+
+    def divergence(self, fetch_offset: int, last_fetched_epoch: int) -> tuple[ErrorCode, tuple[int, int] | None]:
+        """F5 for a follower fetch carrying its last fetched epoch: (error,
+        diverging (epoch, end offset) or None)."""
+        if last_fetched_epoch < 0:
+            return ErrorCode.NONE, None
+        epoch, end = self.log.end_offset_for_epoch(last_fetched_epoch)
+        if epoch == UNDEFINED or end == UNDEFINED:
+            return ErrorCode.OFFSET_OUT_OF_RANGE, None
+        if fetch_offset < self.log.log_start_offset:
+            return ErrorCode.OFFSET_OUT_OF_RANGE, None
+        if epoch < last_fetched_epoch or end < fetch_offset:
+            return ErrorCode.NONE, (epoch, end)
+        return ErrorCode.NONE, None
+
+    def read(self, fetch_offset: int, max_bytes: int, limit: int, min_one: bool) -> bytes:
+        """Whole batches from `fetch_offset` below `limit` (HW or LEO).
+        Raises KafkaError(OFFSET_OUT_OF_RANGE) outside [log start, LEO]."""
+        return self.log.read(fetch_offset, max_bytes, limit, min_one_batch=min_one)
+
+    def readable_bytes(self, fetch_offset: int, limit: int) -> int | None:
+        return self.tracker.bytes_between(fetch_offset, limit)
+
+    # ------------------------------------------------------------ follower
+
+    def fetch_position(self) -> tuple[int, int]:
+        """(next fetch offset = LEO, last fetched epoch) for the next Fetch (R2)."""
+        epoch = self.log.latest_epoch
+        return self.log.log_end_offset, UNDEFINED if epoch is None else epoch
+
+    def initial_fetch_offset(self, now_ms: int) -> int:
+        """R1: the LEO when the log has epochs; otherwise the HW, truncating
+        to it first (a no-op for an empty log)."""
+        if self.log.latest_epoch is not None:
+            return self.log.log_end_offset
+        if self._hw < self.log.log_end_offset:
+            self.truncate_to(self._hw, now_ms, "becoming follower of a log without leader epochs: "
+                                              f"truncate to HW {self._hw} (R1)")
+        return self.log.log_end_offset
+
+    def append_as_follower(self, records: bytes, now_ms: int) -> int:
+        """Append the leader's batches verbatim (R3). Returns bytes appended.
+        Raises UnexpectedAppendOffset / KafkaError(CORRUPT_MESSAGE)."""
+        if not records:
+            return 0
+        last = self.log.append_as_follower(records, now_ms=now_ms)
+        self.tracker.on_append(last + 1, len(records))
+        return len(records)
+
+    def update_follower_hw(self, leader_hw: int, leader_log_start: int, now_ms: int) -> int:
+        """R3.4/R3.5: HW = clamp(leader HW, log start, LEO), and follow the
+        leader's log start forward. Returns the old HW (the HW may drop)."""
+        if leader_log_start > self.log.log_start_offset and leader_log_start <= self.log.log_end_offset:
+            self.log.maybe_increment_log_start_offset(
+                leader_log_start, reason=f"leader {self.leader_id} log start offset is {leader_log_start}")
+        old = self._hw
+        new = self._clamp(leader_hw)
+        if new != old:
+            self._hw = new
+        return old
+
+    def truncate_on_divergence(self, diverging_epoch: int, diverging_end: int, now_ms: int) -> tuple[int, bool]:
+        """R4: truncate after the leader answered a diverging epoch. Returns
+        (new LEO, done); not done means another round may truncate further."""
+        leo = self.log.log_end_offset
+        target, done = truncation_offset(diverging_epoch, diverging_end, self.log.end_offset_for_epoch, leo)
+        reason = (f"leader {self.leader_id} (epoch {self.leader_epoch}) answered diverging epoch "
+                  f"{diverging_epoch} ending at {diverging_end}; local LEO {leo}"
+                  + ("" if done else "; epoch unknown to us, fetching again"))
+        return self.truncate_to(target, now_ms, reason), done
+
+    def truncate_to(self, offset: int, now_ms: int, reason: str) -> int:
+        """R5: drop everything at or above `offset` (and epoch entries from
+        there). The log emits the `truncation` event; truncation below the
+        HW (unclean elections) is named in its reason."""
+        hw = self.hw
+        if offset < hw:
+            reason += f" (below HW {hw})"
+        new_leo = self.log.truncate_to(offset, reason=reason)
+        self.tracker.truncate(new_leo)
+        if self._hw > new_leo:
+            self._hw = new_leo
+        return new_leo
+
+    def truncate_fully_and_start_at(self, offset: int, now_ms: int, reason: str) -> None:
+        """R6: the leader's log starts beyond our LEO: restart empty at `offset`."""
+        self.log.truncate_fully_and_start_at(offset, reason=reason)
+        self.tracker.reset(offset)
+        self._hw = offset
+
+    # ------------------------------------------------------------ events
+
+    def _emit(self, kind: str, now_ms: int, before: Any, after: Any, reason: str, **extra: Any) -> None:
+        self._sink(Event(kind, now_ms, self.name, before, after, reason, extra))
+

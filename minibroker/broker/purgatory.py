@@ -1,0 +1,195 @@
+"""Delayed operations ("purgatory"): parked acks=all produces and long-poll fetches.
+
+Owns: the bookkeeping of requests that wait for something to happen on a
+partition, and waking them. A `DelayedProduce` waits for the leader core to
+resolve each of its partitions (the core decides when: `Decision.completed`);
+a `DelayedFetch` waits until enough bytes are readable on its partitions, or
+until a partition's state changes (leadership, epoch, truncation, removal).
+
+Must not know: replication rules, the log, or the wire format. Timeouts and
+connection death are the awaiting handler's business: it awaits `wait()`,
+which ends at the deadline, and is cancelled with its connection (the request
+server cancels in-flight handlers), after which `close()` unregisters it.
+Wakeups are O(parked operations on that partition), never a scan.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Hashable
+
+from minibroker.errors import ErrorCode
+
+PartitionKey = tuple[str, int]
+
+
+class ProduceWaiter:
+    """The token registered with a `PartitionLeader` for one partition of one
+    acks=all produce. `entry` is that partition's response dict; it is
+    provisionally REQUEST_TIMED_OUT (Kafka P5) until the core resolves it."""
+
+    __slots__ = ("op", "entry", "key", "done")
+
+    def __init__(self, op: "DelayedProduce", entry: dict[str, Any], key: PartitionKey) -> None:
+        self.op = op
+        self.entry = entry
+        self.key = key
+        self.done = False
+
+    def complete(self, code: ErrorCode) -> None:
+        """The core resolved this partition (HW reached, or leadership lost)."""
+        if self.done:
+            return
+        self.done = True
+        self.entry["error"] = int(code)
+        if code != ErrorCode.NONE:
+            self.entry["message"] = code.name
+        op = self.op
+        op.remaining -= 1
+        if op.remaining <= 0 and not op.future.done():
+            op.future.set_result(None)
+
+
+class DelayedProduce:
+    """One acks=all produce request waiting for its partitions' HWs.
+
+    Invariant: `remaining` counts waiters not yet completed; the future is
+    resolved exactly when it reaches 0.
+    """
+
+    __slots__ = ("future", "remaining", "waiters")
+
+    def __init__(self) -> None:
+        self.future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.remaining = 0
+        self.waiters: list[ProduceWaiter] = []
+
+    def add(self, entry: dict[str, Any], key: PartitionKey) -> ProduceWaiter:
+        entry["error"] = int(ErrorCode.REQUEST_TIMED_OUT)
+        w = ProduceWaiter(self, entry, key)
+        self.waiters.append(w)
+        self.remaining += 1
+        return w
+
+    async def wait(self, timeout_ms: int) -> bool:
+        """Wait until every partition resolved or `timeout_ms` passed. Returns
+        whether everything resolved; unresolved entries stay REQUEST_TIMED_OUT."""
+        if self.remaining <= 0:
+            return True
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(max(timeout_ms, 0) / 1000, _expire, self.future)
+        try:
+            await self.future
+        finally:
+            timer.cancel()
+        return self.remaining <= 0
+
+    def pending(self) -> list[ProduceWaiter]:
+        return [w for w in self.waiters if not w.done]
+
+
+def _expire(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+class DelayedFetch:
+    """One parked Fetch (F9). `follower` fetches read to the LEO and are woken
+    by appends only (F10); consumer fetches read to the HW and are woken by
+    HW moves. Any state change on a watched partition completes it.
+
+    Invariant: `accumulated` is the bytes known readable beyond what the
+    initial read returned; the future resolves once it reaches `needed` or on
+    a state change, deadline or shutdown.
+    """
+
+    __slots__ = ("future", "needed", "accumulated", "follower", "keys")
+
+    def __init__(self, keys: list[PartitionKey], needed: int, follower: bool) -> None:
+        self.future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.keys = keys
+        self.needed = needed
+        self.accumulated = 0
+        self.follower = follower
+
+    def add_bytes(self, n: int | None) -> None:
+        """`n` more bytes became readable (None: unknown, assume enough)."""
+        if n is None:
+            self.complete()
+            return
+        self.accumulated += n
+        if self.accumulated >= self.needed:
+            self.complete()
+
+    def complete(self) -> None:
+        if not self.future.done():
+            self.future.set_result(None)
+
+    async def wait(self, max_wait_ms: int) -> None:
+        if self.future.done():
+            return
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(max(max_wait_ms, 0) / 1000, _expire, self.future)
+        try:
+            await self.future
+        finally:
+            timer.cancel()
+
+
+class FetchPurgatory:
+    """Parked fetches by partition.
+
+    Invariant: an op appears in `_by_key[k]` exactly for each k in op.keys
+    while it is watched; `close` removes it from all of them.
+    """
+
+    def __init__(self) -> None:
+        self._by_key: dict[Hashable, set[DelayedFetch]] = {}
+
+    def __len__(self) -> int:
+        return len({id(op) for ops in self._by_key.values() for op in ops})
+
+    def watch(self, op: DelayedFetch) -> None:
+        for k in op.keys:
+            self._by_key.setdefault(k, set()).add(op)
+
+    def close(self, op: DelayedFetch) -> None:
+        for k in op.keys:
+            ops = self._by_key.get(k)
+            if ops is not None:
+                ops.discard(op)
+                if not ops:
+                    del self._by_key[k]
+
+    def watching(self, key: PartitionKey) -> bool:
+        return key in self._by_key
+
+    def on_append(self, key: PartitionKey, nbytes: int | None) -> None:
+        """New data at the log end of `key`: wakes follower fetches (and, on a
+        follower replica, nothing else: consumers wait for its HW)."""
+        ops = self._by_key.get(key)
+        if ops:
+            for op in list(ops):
+                if op.follower:
+                    op.add_bytes(nbytes)
+
+    def on_hw_move(self, key: PartitionKey, nbytes: int | None) -> None:
+        """The HW of `key` rose, making `nbytes` more readable for consumers."""
+        ops = self._by_key.get(key)
+        if ops:
+            for op in list(ops):
+                if not op.follower:
+                    op.add_bytes(nbytes)
+
+    def on_state_change(self, key: PartitionKey) -> None:
+        """Leadership, epoch, truncation or removal: every parked fetch on
+        `key` completes and re-reads (it will see the error or new bounds)."""
+        ops = self._by_key.get(key)
+        if ops:
+            for op in list(ops):
+                op.complete()
+
+    def complete_all(self) -> None:
+        """Shutdown: every parked fetch answers now."""
+        for ops in list(self._by_key.values()):
+            for op in list(ops):
+                op.complete()

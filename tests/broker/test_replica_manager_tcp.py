@@ -1,0 +1,286 @@
+"""ReplicaManagers of several brokers in one process, talking over real TCP on
+127.0.0.1: leader and followers run our real data path (request server,
+fetchers, logs in tmp dirs, leader cores). The test plays the controller:
+it feeds metadata records (PartitionRecord, BrokerRecord) into each broker's
+image and answers AlterPartition like the controller would (validate epochs,
+bump the partition epoch, publish the new record)."""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+from typing import Any, Callable
+
+import pytest
+
+from minibroker.broker.metadata_image import MetadataImage
+from minibroker.broker.peers import InterBrokerConnections
+from minibroker.broker.replica_manager import ReplicaManager
+from minibroker.config import DEFAULTS, Config
+from minibroker.errors import ErrorCode, KafkaError
+from minibroker.events import Event
+from minibroker.metadata import BrokerRecord, Endpoint, PartitionRecord, TopicRecord
+from minibroker.net.connection import Connection
+from minibroker.net.server import Dispatcher, HandlerSpec, serve
+from minibroker.protocol.api import ApiKey
+from minibroker.records import build_batch, iter_records
+from minibroker.storage import LogManager, PartitionLog
+
+SECRET = "test-secret"
+TOPIC = "orders"
+
+BASE_CONFIG = {
+    "minibroker.cluster.secret": SECRET,
+    "replica.fetch.wait.max.ms": "200",
+    "replica.fetch.backoff.ms": "50",
+    "replica.lag.time.max.ms": "30000",
+    "min.insync.replicas": "1",
+}
+
+
+async def until(cond: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    """Poll `cond` until truthy, failing after `timeout` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+class Controller:
+    """The test's controller: holds the partition registrations, publishes
+    metadata to every broker (in order, like the metadata log) and answers
+    AlterPartition with Kafka's validation of epochs (C6, simplified)."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[int, "Node"] = {}
+        self.partitions: dict[tuple[str, int], PartitionRecord] = {}
+        self.topics: dict[str, TopicRecord] = {}
+        self.brokers: dict[int, BrokerRecord] = {}
+        self.offset = itertools.count()
+        self.alter_requests: list[dict] = []
+        self.accept_alter = True
+        self.deaf: set[int] = set()      # brokers that stop receiving metadata (zombies)
+
+    def publish(self, *records: Any, to: list[int] | None = None) -> None:
+        for r in records:
+            if isinstance(r, PartitionRecord):
+                self.partitions[r.key] = r
+            elif isinstance(r, TopicRecord):
+                self.topics[r.topic] = r
+            elif isinstance(r, BrokerRecord):
+                self.brokers[r.broker_id] = r
+        batch = [(next(self.offset), r) for r in records]
+        for node_id, node in self.nodes.items():
+            if (to is not None and node_id not in to) or node_id in self.deaf or node.rm is None:
+                continue
+            node.deliver(batch)
+
+    def link(self, broker_id: int) -> "AlterLink":
+        return AlterLink(self, broker_id)
+
+    async def alter_partition(self, broker_id: int, topic: str, partition: int, leader_epoch: int,
+                              partition_epoch: int, new_isr_with_epochs: list[dict]) -> dict:
+        self.alter_requests.append({"broker_id": broker_id, "topic": topic, "partition": partition,
+                                    "leader_epoch": leader_epoch, "partition_epoch": partition_epoch,
+                                    "isr": [e["broker_id"] for e in new_isr_with_epochs]})
+        if broker_id in self.deaf:
+            raise KafkaError(ErrorCode.NETWORK_EXCEPTION, "controller unreachable")
+        rec = self.partitions[(topic, partition)]
+        base = {"partition": partition, "leader_id": rec.leader, "leader_epoch": rec.leader_epoch,
+                "isr": list(rec.isr), "partition_epoch": rec.partition_epoch, "leader_recovery_state": 0}
+        if leader_epoch < rec.leader_epoch or rec.leader != broker_id:
+            return {**base, "error": int(ErrorCode.FENCED_LEADER_EPOCH)}
+        if partition_epoch != rec.partition_epoch:
+            return {**base, "error": int(ErrorCode.INVALID_UPDATE_VERSION)}
+        if not self.accept_alter:
+            return {**base, "error": int(ErrorCode.INELIGIBLE_REPLICA)}
+        isr = tuple(e["broker_id"] for e in new_isr_with_epochs)
+        new = dataclasses.replace(rec, isr=isr, partition_epoch=rec.partition_epoch + 1,
+                                  reason=f"AlterPartition from leader {broker_id}")
+        asyncio.get_running_loop().call_soon(self.publish, new)
+        return {**base, "error": 0, "isr": list(isr), "partition_epoch": new.partition_epoch}
+
+
+@dataclasses.dataclass
+class AlterLink:
+    controller: Controller
+    broker_id: int
+
+    async def submit(self, topic: str, partition: int, leader_epoch: int, partition_epoch: int,
+                     new_isr_with_epochs: list[dict], leader_recovery_state: int = 0) -> dict:
+        return await self.controller.alter_partition(self.broker_id, topic, partition, leader_epoch,
+                                                     partition_epoch, new_isr_with_epochs)
+
+
+class Node:
+    """One broker: its real request server, LogManager and ReplicaManager."""
+
+    def __init__(self, node_id: int, data_dir: str, controller: Controller, *, rack: str = "",
+                 config: dict[str, str] | None = None, broker_epoch: int = 100) -> None:
+        self.node_id = node_id
+        self.data_dir = data_dir
+        self.controller = controller
+        self.rack = rack
+        self.broker_epoch = broker_epoch
+        self.config = Config({**DEFAULTS, **BASE_CONFIG, "node.id": str(node_id), "broker.rack": rack,
+                              **(config or {})})
+        self.events: list[Event] = []
+        self.rm: ReplicaManager | None = None
+        self.server: asyncio.AbstractServer | None = None
+        self.port = 0
+        self.log_manager: LogManager | None = None
+        controller.nodes[node_id] = self
+
+    async def start(self) -> None:
+        self.image = MetadataImage(self.config)
+        self.log_manager = await asyncio.to_thread(LogManager, self.data_dir, event_sink=self.events.append)
+        self.peers = InterBrokerConnections(node_id=self.node_id, image=self.image, listener="PLAINTEXT",
+                                            secret=SECRET, max_frame_bytes=100 << 20)
+        self.rm = ReplicaManager(node_id=self.node_id, config=self.config, log_manager=self.log_manager,
+                                 image=self.image, alter_partition=self.controller.link(self.node_id),
+                                 peers=self.peers, events=self.events.append,
+                                 broker_epoch=lambda: self.broker_epoch)
+        rm = self.rm
+        self.dispatcher = Dispatcher({
+            ApiKey.PRODUCE: HandlerSpec(rm.handle_produce),
+            ApiKey.FETCH: HandlerSpec(rm.handle_fetch),
+            ApiKey.LIST_OFFSETS: HandlerSpec(rm.handle_list_offsets),
+        }, secret=SECRET, role="broker")
+        self.server = await serve(self.dispatcher, "127.0.0.1", self.port, "PLAINTEXT")
+        self.port = self.server.sockets[0].getsockname()[1]
+        await rm.start()
+        c = self.controller
+        snapshot = [*c.brokers.values(), *c.topics.values(), *c.partitions.values()]
+        self.image.apply([], snapshot, next(c.offset))
+        rm.on_metadata(list(c.partitions.values()), list(c.brokers.values()), rm.clock())
+
+    def deliver(self, batch: list[tuple[int, Any]]) -> None:
+        delta = self.image.apply(batch, None, batch[-1][0] + 1)
+        assert self.rm is not None
+        if delta.partitions or delta.brokers:
+            self.rm.on_metadata(delta.partitions, delta.brokers, self.rm.clock())
+
+    def broker_record(self, *, fenced: bool = False) -> BrokerRecord:
+        return BrokerRecord(self.node_id, self.broker_epoch, self.rack or None,
+                            (Endpoint("PLAINTEXT", "127.0.0.1", self.port),), fenced=fenced)
+
+    async def stop(self) -> None:
+        """Stop serving and replicating (the data stays on disk)."""
+        if self.server is not None:
+            self.server.close()
+            for conn in list(self.dispatcher.connections):
+                if conn.transport is not None:
+                    conn.transport.abort()
+        if self.rm is not None:
+            self.peers.close()
+            await self.rm.shutdown()
+            self.rm = None
+
+    def part(self, partition: int = 0):
+        assert self.rm is not None
+        return self.rm.partition(TOPIC, partition)
+
+    def kinds(self, kind: str) -> list[Event]:
+        return [e for e in self.events if e.kind == kind]
+
+
+class Cluster:
+    def __init__(self, tmp_path) -> None:
+        self.tmp_path = tmp_path
+        self.controller = Controller()
+        self.nodes: dict[int, Node] = {}
+        self.conns: list[Connection] = []
+
+    def node(self, node_id: int, **kw: Any) -> Node:
+        n = Node(node_id, str(self.tmp_path / f"broker-{node_id}"), self.controller, **kw)
+        self.nodes[node_id] = n
+        return n
+
+    async def start(self, *ids: int, topic_configs: dict[str, str] | None = None) -> None:
+        for i in ids:
+            await self.nodes[i].start()
+        self.controller.publish(*(self.nodes[i].broker_record() for i in ids))
+        if TOPIC not in self.controller.topics:
+            self.controller.publish(TopicRecord(TOPIC, "t-1", 1, dict(topic_configs or {})))
+
+    def assign(self, replicas: tuple[int, ...], leader: int, *, isr: tuple[int, ...] | None = None,
+               leader_epoch: int = 0, partition: int = 0, to: list[int] | None = None) -> PartitionRecord:
+        held = self.controller.partitions.get((TOPIC, partition))
+        pe = held.partition_epoch + 1 if held is not None else 0
+        rec = PartitionRecord(TOPIC, partition, replicas, isr if isr is not None else replicas, leader,
+                              leader_epoch, pe, reason="test")
+        self.controller.publish(rec, to=to)
+        return rec
+
+    async def client(self, node_id: int, *, secret: str | None = None) -> Connection:
+        n = self.nodes[node_id]
+        c = await Connection.open("127.0.0.1", n.port, client_id="test", secret=secret)
+        self.conns.append(c)
+        return c
+
+    async def close(self) -> None:
+        for c in self.conns:
+            c.close()
+        for n in self.nodes.values():
+            await n.stop()
+
+
+@pytest.fixture
+async def cluster(tmp_path):
+    c = Cluster(tmp_path)
+    yield c
+    await c.close()
+
+
+def produce_body(values: list[bytes], *, acks: int = -1, timeout_ms: int = 10_000, partition: int = 0,
+                 topic: str = TOPIC, records: bytes | None = None) -> dict:
+    return {"acks": acks, "timeout_ms": timeout_ms,
+            "topics": [{"topic": topic, "partitions": [
+                {"partition": partition, "records": records if records is not None else build_batch(values)}]}]}
+
+
+def fetch_body(offset: int, *, replica_id: int = -1, epoch: int = -1, last_fetched_epoch: int = -1,
+               max_wait_ms: int = 0, rack: str = "", broker_epoch: int = -1, partition: int = 0,
+               min_bytes: int = 1) -> dict:
+    return {"replica_id": replica_id, "broker_epoch": broker_epoch, "max_wait_ms": max_wait_ms,
+            "min_bytes": min_bytes, "rack_id": rack,
+            "topics": [{"topic": TOPIC, "partitions": [{
+                "partition": partition, "fetch_offset": offset, "current_leader_epoch": epoch,
+                "last_fetched_epoch": last_fetched_epoch}]}]}
+
+
+def p0(resp: dict) -> dict:
+    assert not resp.get("error"), resp
+    return resp["topics"][0]["partitions"][0]
+
+
+def values(records: bytes) -> list[bytes]:
+    return [r.value for r in iter_records(records)]
+
+
+def log_bytes(lg: PartitionLog) -> bytes:
+    return lg.read(lg.log_start_offset, 1 << 30) if lg.log_end_offset > lg.log_start_offset else b""
+
+
+# ------------------------------------------------------------------ replication
+
+
+async def test_acks_all_completes_once_the_follower_fetched_and_hw_reaches_follower(cluster):
+    cluster.node(1)
+    cluster.node(2)
+    await cluster.start(1, 2)
+    cluster.assign((1, 2), 1)
+    prod = await cluster.client(1)
+    resp = await prod.request(ApiKey.PRODUCE, produce_body([b"a", b"b", b"c"]))
+    e = resp["topics"][0]["partitions"][0]
+    assert (e["error"], e["base_offset"]) == (0, 0)
+    leader, follower = cluster.nodes[1].part(), cluster.nodes[2].part()
+    assert leader.hw == 3
+    await until(lambda: follower.hw == 3, what="follower HW to reach 3")
+    assert log_bytes(follower.log) == log_bytes(leader.log)
+    assert follower.log.epoch_cache.entries == [(0, 0)]

@@ -41,6 +41,7 @@ class Child:
             [sys.executable, "-c", PRELUDE + textwrap.dedent(code)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd)
         self.lines: list[str] = []
+        self.stderr_text = ""
         self._buf = b""
 
     def wait_for(self, prefix: str, timeout: float = 30.0) -> str:
@@ -57,24 +58,22 @@ class Child:
             left = deadline - time.monotonic()
             if left <= 0:
                 self.kill()
-                raise TimeoutError(f"child never printed {prefix!r}; stderr: {self.stderr()}")
+                raise TimeoutError(f"child never printed {prefix!r}; stderr: {self.stderr_text}")
             ready, _, _ = select.select([fd], [], [], left)
             if ready:
                 chunk = os.read(fd, 65536)
                 if not chunk:
-                    self.proc.wait()
-                    raise RuntimeError(f"child exited ({self.proc.returncode}) before {prefix!r}: {self.stderr()}")
+                    self.kill()
+                    raise RuntimeError(f"child exited ({self.proc.returncode}) before {prefix!r}: "
+                                       f"{self.stderr_text}")
                 self._buf += chunk
 
-    def stderr(self) -> str:
-        if self.proc.poll() is None:
-            return "(running)"
-        return self.proc.stderr.read().decode(errors="replace")[-3000:]
-
     def kill(self) -> None:
+        """SIGKILL the child (if still running) and collect its stderr."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
         self.proc.wait()
-        assert self.proc.returncode in (-signal.SIGKILL, 0) or self.proc.returncode is not None
-        self.proc.stdout.close()
-        self.proc.stderr.close()
+        if not self.proc.stderr.closed:
+            self.stderr_text = self.proc.stderr.read().decode(errors="replace")[-3000:]
+            self.proc.stdout.close()
+            self.proc.stderr.close()

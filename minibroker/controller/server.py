@@ -174,13 +174,18 @@ class ControllerServer:
     # ---------------------------------------------------------------- plumbing
     async def _commit(self, out: Outcome) -> None:
         """Append an outcome's records, publish its events, and wait until the records are durable."""
-        if out.records:
-            self.mlog.append(out.records)
-        for ev in out.events:
-            self.events.append(ev)
-            event_log.info(ev.to_json())
-        if out.records:
-            await self.mlog.wait_durable(out.last_offset)
+        try:
+            if out.records:
+                self.mlog.append(out.records)
+            for ev in out.events:
+                self.events.append(ev)
+                event_log.info(ev.to_json())
+            if out.records:
+                await self.mlog.wait_durable(out.last_offset)
+        except Exception as exc:
+            # The image already holds these records; a controller whose disk lost them must not go on.
+            self._die(exc)
+            raise
 
     async def _timer_loop(self) -> None:
         while True:

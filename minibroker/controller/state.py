@@ -435,6 +435,10 @@ class ControllerState:
             plan = assign_replicas(pool, n, rf, fixed_start_index=self.fixed_placement_start, rng=self.rng)
         except PlacementError as exc:
             return ErrorCode[exc.code_name], str(exc), None
+        for replicas in plan:
+            if not any(b in active for b in replicas):
+                return (ErrorCode.INVALID_REPLICATION_FACTOR, f"Unable to replicate the partition {rf} time(s): "
+                        "All brokers are currently fenced or in controlled shutdown.", None)
         return ErrorCode.NONE, "", plan
 
     def _create_topic(self, name: str, configs: dict[str, str], plan: list[list[int]]) -> dict[str, Any]:

@@ -320,3 +320,19 @@ def test_run_serves_until_sigterm_and_exits_cleanly(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+async def test_metadata_log_write_failure_stops_the_controller_and_fails_the_request(tmp_path):
+    server, port = await start(tmp_path)
+    b1 = await FakeBroker(port, 1).connect()
+    try:
+        ro = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(ro, server.mlog._fd)     # every later write to the log fails with EBADF
+        os.close(ro)
+        r = await b1.call(ApiKey.BROKER_REGISTRATION, {"broker_id": 1, "incarnation_id": "x", "rack": None,
+                                                       "listeners": [{"name": "P", "host": "h", "port": 1}]})
+        assert r["error"] == ErrorCode.KAFKA_STORAGE_ERROR
+        await asyncio.wait_for(server.stopped.wait(), DEADLINE_S)
+        assert server.fatal is not None
+    finally:
+        await b1.close(); await server.stop()

@@ -544,6 +544,18 @@ def test_create_topic_with_every_broker_fenced_is_invalid_replication_factor():
     assert h.create("t").response["topics"][0]["error"] == ErrorCode.INVALID_REPLICATION_FACTOR
 
 
+def test_create_topic_places_on_active_brokers_first_and_refuses_partitions_with_no_active_replica():
+    h = Harness()
+    h.start(1, 2, 3, 4, 5)
+    for b in (2, 3, 4, 5):
+        h.heartbeat(b, want_fence=True)
+    r = h.create("t", partitions=5, rf=2).response["topics"][0]
+    assert r["error"] == ErrorCode.INVALID_REPLICATION_FACTOR and "fenced" in r["message"]
+    h.heartbeat(2)
+    h.create("u", partitions=4, rf=2)
+    assert {h.p("u", i).replicas for i in range(4)} <= {(1, 2), (2, 1)}
+
+
 def test_min_insync_replicas_above_rf_is_accepted_and_capped():
     h = Harness(elr_enabled=True)
     h.start(1, 2)

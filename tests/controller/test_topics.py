@@ -1,0 +1,36 @@
+import pytest
+
+from minibroker.controller.topics import TopicTable, topic_config_error, topic_name_error
+from minibroker.metadata import TopicRecord
+
+
+@pytest.mark.parametrize("name", ["orders", "a.b_c-D9", "x" * 249, "_", "-"])
+def test_legal_topic_names(name):
+    assert topic_name_error(name) is None
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "x" * 250, "a b", "a/b", "ä", "a:b"])
+def test_illegal_topic_names(name):
+    assert topic_name_error(name)
+
+
+def test_accepted_topic_configs_with_their_types():
+    assert topic_config_error({"min.insync.replicas": "2", "unclean.leader.election.enable": "TRUE",
+                               "retention.ms": "-1", "retention.bytes": "-1", "segment.bytes": "1048576",
+                               "segment.ms": "60000", "max.message.bytes": "1000000", "flush.messages": "1",
+                               "flush.ms": "0", "index.interval.bytes": "4096"}) is None
+
+
+@pytest.mark.parametrize("configs", [
+    {"cleanup.policy": "compact"}, {"min.insync.replicas": "0"}, {"min.insync.replicas": "1.5"},
+    {"segment.bytes": "13"}, {"segment.bytes": str(2 ** 31)}, {"retention.ms": "-2"},
+    {"unclean.leader.election.enable": "1"}, {"flush.messages": "0"}])
+def test_unknown_or_ill_typed_topic_configs_are_refused(configs):
+    assert topic_config_error(configs)
+
+
+def test_names_colliding_on_dot_and_underscore_are_detected():
+    t = TopicTable()
+    t.apply(TopicRecord("a.b", "id", 1))
+    assert t.colliding_topic("a_b") == "a.b"
+    assert t.colliding_topic("a.b") is None and t.colliding_topic("ab") is None

@@ -302,16 +302,22 @@ class ReplicaManager:
 
     # ================================================================ decisions
 
-    def _apply(self, part: Partition, d: Decision, now_ms: int) -> None:
+    def _apply(self, part: Partition, d: Decision, now_ms: int, *, local_isr_change: bool = False) -> None:
         """Carry out one core decision, after its state change: wake
         consumer fetches on an HW move, complete acks=all waiters, send the
-        ISR proposal."""
+        ISR proposal. In the lesson profile the core commits ISR changes at
+        once; `local_isr_change` then tells the controller what happened."""
         if d.hw_moved and self.purgatory.watching(part.key):
             self.purgatory.on_hw_move(part.key, part.readable_bytes(d.old_hw, d.new_hw))
         for token, code in d.completed:
             token.complete(code)  # type: ignore[attr-defined]
-        if d.isr_proposal is not None and part.core is not None:
-            self._submit_isr(part, part.core)
+        core = part.core
+        if core is None:
+            return
+        if d.isr_proposal is not None:
+            self._submit_isr(part, core)
+        elif local_isr_change and d.isr_changed and core.profile.commit_isr_immediately:
+            self._notify_isr(part, core)
 
     def _submit_isr(self, part: Partition, core: PartitionLeader) -> None:
         pending = core.pending
@@ -350,6 +356,26 @@ class ReplicaManager:
             asyncio.get_running_loop().call_later(_ALTER_PARTITION_RESEND_MS / 1000,
                                                   self._resend_isr, part, core, core.pending)
 
+    def _notify_isr(self, part: Partition, core: PartitionLeader) -> None:
+        """Lesson profile: the ISR already changed locally (partition epoch + 1);
+        report it to the controller built on the epoch it knows. Its answer is
+        not fed back: a refusal shows up as metadata overriding our ISR (I7)."""
+        if self._closed:
+            return
+        items = [{"broker_id": b, "broker_epoch": e} for b, e in core.isr_with_broker_epochs(core.isr)]
+
+        async def send() -> None:
+            try:
+                result = await self.alter_partition.submit(part.topic, part.index, core.leader_epoch,
+                                                           core.partition_epoch - 1, items)
+            except KafkaError as exc:
+                log.info("%s: reporting the lesson-profile ISR %s failed: %s", part.name, list(core.isr), exc)
+                return
+            if result.get("error", 0):
+                log.info("%s: controller refused the lesson-profile ISR %s: %s", part.name,
+                         list(core.isr), result.get("error"))
+        self._spawn(send())
+
     def _resend_isr(self, part: Partition, core: PartitionLeader, pending: Any) -> None:
         if part.core is core and core.pending is pending and pending is not None:
             self._submit_isr(part, core)
@@ -362,7 +388,7 @@ class ReplicaManager:
         for part in list(self._partitions.values()):
             core = part.core
             if core is not None:
-                self._apply(part, core.maybe_shrink_isr(now), now)
+                self._apply(part, core.maybe_shrink_isr(now), now, local_isr_change=True)
 
     async def _checkpoint_hws(self) -> None:
         if self.log_manager is None or not self._partitions:
@@ -586,7 +612,7 @@ class ReplicaManager:
                                            has_leader_epoch=p["current_leader_epoch"] >= 0)
                 if d.error != ErrorCode.NONE:
                     return ReadResult(d.error, hw, log_start)
-                self._apply(part, d, now)
+                self._apply(part, d, now, local_isr_change=True)
             limit = part.leo
         else:
             rack = body["rack_id"]

@@ -284,3 +284,139 @@ async def test_acks_all_completes_once_the_follower_fetched_and_hw_reaches_follo
     await until(lambda: follower.hw == 3, what="follower HW to reach 3")
     assert log_bytes(follower.log) == log_bytes(leader.log)
     assert follower.log.epoch_cache.entries == [(0, 0)]
+
+
+def prepare_log(data_dir: str, batches: list[tuple], tag: str, *, hw: int | None = None) -> None:
+    """Write a log before the broker starts: `batches` of (leader epoch,
+    records[, tag]), one record per batch, values "<tag>@<offset>"."""
+    lm = LogManager(data_dir)
+    lg = lm.get_or_create(TOPIC, 0)
+    for epoch, n, *t in batches:
+        for _ in range(n):
+            lg.append_as_leader(build_batch([f"{t[0] if t else tag}@{lg.log_end_offset}".encode()], timestamp_ms=1000), epoch)
+    lm.shutdown({(TOPIC, 0): hw} if hw is not None else {})
+
+
+async def test_forged_replica_fetch_on_unauthenticated_connection_is_refused_and_hw_unchanged(cluster):
+    cluster.node(1)
+    cluster.node(2)
+    await cluster.start(1, 2)
+    cluster.assign((1, 2), 1, to=[1])            # broker 2 never learns it: it does not fetch
+    prod = await cluster.client(1)
+    e = p0(await prod.request(ApiKey.PRODUCE, produce_body([b"x"] * 3, acks=1)))
+    assert e["error"] == 0
+    leader = cluster.nodes[1].part()
+    assert (leader.leo, leader.hw) == (3, 0)     # follower 2's LEO is unknown: HW frozen (H3)
+    forged = await cluster.client(1)
+    resp = await forged.request(ApiKey.FETCH, fetch_body(3, replica_id=2, epoch=0))
+    assert resp["error"] == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    resp = await forged.request(ApiKey.LIST_OFFSETS, {"replica_id": 2, "topics": [
+        {"topic": TOPIC, "partitions": [{"partition": 0, "timestamp": -1}]}]})
+    assert resp["error"] == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    assert leader.hw == 0 and leader.core.followers[2].leo == -1
+    # The same fetch from an authenticated peer is what moves the HW.
+    peer = await cluster.client(1, secret=SECRET)
+    e = p0(await peer.request(ApiKey.FETCH, fetch_body(3, replica_id=2, epoch=0, broker_epoch=100)))
+    assert e["error"] == 0
+    assert leader.hw == 3
+
+
+async def test_fetch_epoch_checks_come_before_leadership_and_never_update_follower_state(cluster):
+    cluster.node(1)
+    cluster.node(2)
+    await cluster.start(1, 2)
+    rec = cluster.assign((1, 2), 1, leader_epoch=5, to=[1])     # 2 does not fetch yet
+    prod = await cluster.client(1)
+    assert p0(await prod.request(ApiKey.PRODUCE, produce_body([b"x"] * 4, acks=1)))["error"] == 0
+    leader = cluster.nodes[1].part()
+    before = leader.core.followers[2]
+    peer = await cluster.client(1, secret=SECRET)
+
+    async def err(node_peer: Connection, body: dict) -> dict:
+        return p0(await node_peer.request(ApiKey.FETCH, body))
+
+    e = await err(peer, fetch_body(0, replica_id=2, epoch=4, broker_epoch=100))
+    assert e["error"] == ErrorCode.FENCED_LEADER_EPOCH
+    assert e["current_leader"] == {"leader_id": 1, "leader_epoch": 5}
+    e = await err(peer, fetch_body(0, replica_id=2, epoch=6, broker_epoch=100))
+    assert e["error"] == ErrorCode.UNKNOWN_LEADER_EPOCH
+    e = await err(peer, fetch_body(0, replica_id=9, epoch=5))          # not a replica (F4)
+    assert e["error"] == ErrorCode.UNKNOWN_LEADER_EPOCH
+    e = await err(peer, fetch_body(99, replica_id=2, epoch=5, broker_epoch=100))
+    assert e["error"] == ErrorCode.OFFSET_OUT_OF_RANGE
+    e = await err(peer, fetch_body(4, replica_id=2, epoch=5, broker_epoch=99))   # stale incarnation (L5)
+    assert e["error"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert leader.core.followers[2] == before and leader.hw == 0
+    consumer = await cluster.client(1)
+    e = await err(consumer, fetch_body(0, epoch=4))                      # consumers are fenced too (E5)
+    assert e["error"] == ErrorCode.FENCED_LEADER_EPOCH
+    cluster.controller.publish(rec, to=[2])
+    on_follower = await cluster.client(2, secret=SECRET)
+    await until(lambda: cluster.nodes[2].part().leader_epoch == 5)
+    e = await err(on_follower, fetch_body(0, replica_id=1, epoch=5))
+    assert e["error"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    e = await err(on_follower, fetch_body(0, epoch=5))                   # consumer without a rack (F2)
+    assert e["error"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    e = await err(on_follower, fetch_body(0, epoch=4))
+    assert e["error"] == ErrorCode.FENCED_LEADER_EPOCH
+
+
+async def test_x7_failover_follower_truncates_divergent_tail_and_refetches_new_epoch(cluster, tmp_path):
+    a, b, c = cluster.node(1), cluster.node(2), cluster.node(3)
+    await asyncio.to_thread(prepare_log, a.data_dir, [(0, 12)], "a")
+    await asyncio.to_thread(prepare_log, b.data_dir, [(0, 10)], "a")
+    await asyncio.to_thread(prepare_log, c.data_dir, [(0, 8)], "a")
+    await cluster.start(2, 3)
+    cluster.controller.publish(dataclasses.replace(a.broker_record(), fenced=True))
+    cluster.assign((1, 2, 3), 2, isr=(2, 3), leader_epoch=1)
+    lb = b.part()
+    assert lb.log.epoch_cache.entries == [(0, 0), (1, 10)]               # written at election (E2)
+    await until(lambda: lb.hw == 10, what="new leader's HW to cover the old epoch's tail (E6)")
+    assert c.part().leo == 10
+    prod = await cluster.client(2)
+    e = p0(await prod.request(ApiKey.PRODUCE, produce_body([b"b@10"])))
+    assert (e["error"], e["base_offset"]) == (0, 10)
+    e = p0(await prod.request(ApiKey.PRODUCE, produce_body([b"b@11"])))
+    assert (e["error"], e["base_offset"]) == (0, 11)
+    await a.start()
+    a.broker_epoch += 1
+    cluster.controller.publish(a.broker_record())
+    fa = a.part()
+    await until(lambda: fa.leo == 12 and fa.log.epoch_cache.entries == [(0, 0), (1, 10)],
+                what="old leader to truncate to 10 and refetch epoch 1")
+    assert log_bytes(fa.log) == log_bytes(lb.log)
+    assert values(log_bytes(fa.log))[9:] == [b"a@9", b"b@10", b"b@11"]
+    trunc = [ev for ev in a.kinds("truncation") if ev.extra.get("side") == "end"]
+    assert [(ev.before, ev.after) for ev in trunc] == [(12, 10)]
+    assert "diverging epoch 0 ending at 10" in trunc[0].reason
+    await until(lambda: cluster.controller.partitions[(TOPIC, 0)].isr == (1, 2, 3),
+                what="old leader to rejoin the ISR")
+
+
+async def test_x8_follower_with_an_epoch_the_leader_never_saw_truncates_to_the_common_epoch(cluster):
+    b, c = cluster.node(2), cluster.node(3)
+    await asyncio.to_thread(prepare_log, b.data_dir, [(1, 5, "a"), (2, 1)], "b")
+    await asyncio.to_thread(prepare_log, c.data_dir, [(1, 5, "a"), (3, 2)], "c")
+    await cluster.start(2, 3)
+    cluster.assign((1, 2, 3), 3, isr=(3,), leader_epoch=3)
+    fb, lc = b.part(), c.part()
+    assert lc.log.epoch_cache.entries == [(1, 0), (3, 5)]
+    await until(lambda: fb.log.epoch_cache.entries == [(1, 0), (3, 5)] and fb.leo == 7,
+                what="B to drop its epoch-2 offset and fetch C's epoch 3")
+    assert log_bytes(fb.log) == log_bytes(lc.log)
+    trunc = [ev for ev in b.kinds("truncation") if ev.extra.get("side") == "end"]
+    assert [(ev.before, ev.after) for ev in trunc] == [(6, 5)]
+
+
+async def test_follower_truncates_in_several_rounds_when_it_does_not_know_the_leaders_epoch(cluster):
+    f, ld = cluster.node(1), cluster.node(2)
+    # Follower: epochs {1:0, 2:3, 4:6}, LEO 9. Leader: {1:0, 3:4}, then leads epoch 5 from 8.
+    await asyncio.to_thread(prepare_log, f.data_dir, [(1, 3, "x"), (2, 3), (4, 3)], "f")
+    await asyncio.to_thread(prepare_log, ld.data_dir, [(1, 3, "x"), (1, 1), (3, 4)], "l")
+    await cluster.start(1, 2)
+    cluster.assign((1, 2), 2, isr=(2,), leader_epoch=5)
+    ff, ll = f.part(), ld.part()
+    await until(lambda: ff.leo == 8 and log_bytes(ff.log) == log_bytes(ll.log), what="follower to converge")
+    trunc = [(ev.before, ev.after) for ev in f.kinds("truncation") if ev.extra.get("side") == "end"]
+    assert trunc == [(9, 6), (6, 3)]                 # 6: end of its own epoch 2; 3: end of common epoch 1
+    assert ff.log.epoch_cache.entries == [(1, 0), (3, 4)]

@@ -1,0 +1,127 @@
+"""LogManager: partition directories, data-dir checkpoints, clean shutdown."""
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from minibroker.errors import ErrorCode, KafkaError
+from minibroker.storage import CLEAN_SHUTDOWN_FILE, LogConfig, LogManager
+from minibroker.storage.checkpoint import OffsetCheckpointFile
+
+from .helpers import ManualClock, abandon, batch, write_batches
+
+
+@pytest.mark.parametrize("topic", ["", "..", ".", "a/b", "../etc", "x" * 250, "sp ace", "ü"])
+def test_illegal_topic_names_are_refused(tmp_path, topic):
+    m = LogManager(str(tmp_path))
+    with pytest.raises(KafkaError) as ei:
+        m.get_or_create(topic, 0)
+    assert ei.value.code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    assert os.listdir(tmp_path) == []
+
+
+def test_partition_directories_are_topic_dash_partition(tmp_path):
+    m = LogManager(str(tmp_path))
+    m.get_or_create("my.topic-x", 3)
+    assert os.path.isdir(tmp_path / "my.topic-x-3")
+    assert m.get_or_create("my.topic-x", 3) is m.get("my.topic-x", 3)
+    with pytest.raises(KafkaError):
+        m.get_or_create("t", -1)
+
+
+def test_startup_loads_every_partition_directory(tmp_path):
+    m = LogManager(str(tmp_path))
+    for p in range(3):
+        write_batches(m.get_or_create("orders", p), [(p + 1, 0)])
+    m.shutdown()
+    (tmp_path / "not-a-partition").mkdir()
+    m2 = LogManager(str(tmp_path))
+    assert sorted(tp for tp, _ in m2.logs()) == [("orders", 0), ("orders", 1), ("orders", 2)]
+    assert [m2.get("orders", p).log_end_offset for p in range(3)] == [1, 2, 3]
+
+
+def test_shutdown_writes_checkpoints_then_the_marker(tmp_path):
+    m = LogManager(str(tmp_path))
+    log = m.get_or_create("orders", 0)
+    write_batches(log, [(4, 0)])
+    log.maybe_increment_log_start_offset(2)
+    m.shutdown({("orders", 0): 3})
+    assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    read = lambda name: OffsetCheckpointFile(str(tmp_path / name)).read()  # noqa: E731
+    assert read("replication-offset-checkpoint") == {("orders", 0): 3}
+    assert read("recovery-point-offset-checkpoint") == {("orders", 0): 4}
+    assert read("log-start-offset-checkpoint") == {("orders", 0): 2}
+    with pytest.raises(KafkaError):
+        m.get_or_create("orders", 1)
+
+
+def test_unclean_restart_uses_checkpointed_recovery_point_and_log_start(tmp_path):
+    m = LogManager(str(tmp_path), LogConfig(segment_bytes=400))
+    log = m.get_or_create("orders", 0)
+    write_batches(log, [(3, 0)] * 12)
+    log.flush(18)
+    log.maybe_increment_log_start_offset(5)
+    m.checkpoint_offsets()
+    abandon(log)
+    m2 = LogManager(str(tmp_path), LogConfig(segment_bytes=400))
+    log2 = m2.get("orders", 0)
+    assert not m2.clean_shutdown
+    assert log2.log_start_offset == 5
+    assert log2.recovery_point == 18
+    assert log2.load_info.recovered_from_offset <= 18
+    assert log2.log_end_offset == 36
+
+
+def test_flush_due_flushes_by_policy_and_persists_dirty_epoch_caches(tmp_path):
+    clock = ManualClock()
+    m = LogManager(str(tmp_path), LogConfig(flush_ms=1000), clock=clock)
+    a = m.get_or_create("a", 0)
+    b = m.get_or_create("b", 0)
+    write_batches(a, [(2, 0)])
+    b.assign_leader_epoch(7)
+    assert m.flush_due(clock.now) == []
+    assert not b.epoch_cache_dirty
+    assert (tmp_path / "b-0" / "leader-epoch-checkpoint").read_text() == "0\n1\n7 0\n"
+    assert m.flush_due(clock.now + 1000) == [("a", 0)]
+    assert a.recovery_point == 2
+
+
+def test_per_topic_config_at_load_and_on_get_or_create(tmp_path):
+    m = LogManager(str(tmp_path))
+    m.get_or_create("small", 0, LogConfig(segment_bytes=300))
+    m.shutdown()
+    m2 = LogManager(str(tmp_path), topic_config=lambda t: LogConfig(segment_bytes=300) if t == "small" else None)
+    log = m2.get("small", 0)
+    assert log.config.segment_bytes == 300
+    m2.get_or_create("small", 0, LogConfig(segment_bytes=500))
+    assert log.config.segment_bytes == 500
+
+
+def test_delete_log_removes_the_directory_and_its_hw(tmp_path):
+    m = LogManager(str(tmp_path))
+    write_batches(m.get_or_create("t", 0), [(2, 0)])
+    m.checkpoint_high_watermarks({("t", 0): 2})
+    assert m.delete_log("t", 0)
+    assert not (tmp_path / "t-0").exists()
+    assert not m.delete_log("t", 0)
+    m.checkpoint_high_watermarks({})
+    assert OffsetCheckpointFile(str(tmp_path / "replication-offset-checkpoint")).read() == {}
+
+
+def test_manager_lifecycle_from_an_asyncio_broker(tmp_path):
+    """The way the broker uses it: blocking calls in threads, appends on the loop."""
+    async def main():
+        m = await asyncio.to_thread(LogManager, str(tmp_path))
+        log = m.get_or_create("t", 0)
+        log.assign_leader_epoch(1)
+        first, last = log.append_as_leader(batch(5), 1)
+        await asyncio.to_thread(log.flush, last + 1)
+        await asyncio.to_thread(m.checkpoint_high_watermarks, {("t", 0): last + 1})
+        await asyncio.to_thread(m.shutdown)
+        return last
+
+    assert asyncio.run(main()) == 4
+    m = LogManager(str(tmp_path))
+    assert m.clean_shutdown and m.load_high_watermark("t", 0) == 5

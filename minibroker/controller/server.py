@@ -18,7 +18,7 @@ import logging
 import os
 import time
 import uuid
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from minibroker.config import Config, parse_listeners
 from minibroker.controller.eventlog import EventLog
@@ -28,6 +28,8 @@ from minibroker.controller.state import ControllerState, Outcome
 from minibroker.metadata import to_wire
 from minibroker.net.server import Dispatcher, HandlerSpec, RequestContext, serve
 from minibroker.protocol.api import ApiKey
+
+_O = TypeVar("_O", Outcome, Outcome | None)
 
 log = logging.getLogger("minibroker.controller")
 event_log = logging.getLogger("minibroker.controller.events")
@@ -187,15 +189,34 @@ class ControllerServer:
             self._die(exc)
             raise
 
+    async def _decide(self, fn: Callable[..., _O], *args: Any) -> _O:
+        """Run one core decision and commit it. Should the core raise (a bug), whatever it had
+        already applied is still persisted, then the error propagates (UNKNOWN_SERVER_ERROR)."""
+        try:
+            out = fn(*args)
+        except Exception:
+            partial = self.core.take_partial()
+            log.exception("controller decision %s failed; persisting %d already-applied record(s)",
+                          getattr(fn, "__name__", fn), len(partial.records))
+            await self._commit(partial)
+            raise
+        if out is not None:
+            await self._commit(out)
+        return out
+
     async def _timer_loop(self) -> None:
+        """Liveness check (one stale broker fenced per decision, until none) and periodic tasks."""
         while True:
             await asyncio.sleep(self.tick_ms / 1000)
             if self.mlog.failed is not None:
                 self._die(self.mlog.failed)
                 return
             try:
-                for out in self.core.tick(self.clock.now_ms()):
-                    await self._commit(out)
+                now = self.clock.now_ms()
+                while await self._decide(self.core.maybe_fence_one_stale_broker, now) is not None:
+                    pass
+                for task in self.core.due_periodic_tasks(now):
+                    await self._decide(task, now)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -205,30 +226,26 @@ class ControllerServer:
 
     # ---------------------------------------------------------------- handlers
     async def _register(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
-        out = self.core.register_broker(self.clock.now_ms(), body["broker_id"], body["incarnation_id"],
-                                        body["rack"], body["listeners"], body["previous_broker_epoch"])
-        await self._commit(out)
+        out = await self._decide(self.core.register_broker, self.clock.now_ms(), body["broker_id"],
+                                 body["incarnation_id"], body["rack"], body["listeners"], body["previous_broker_epoch"])
         return {**out.response, "cluster_id": self.cluster_id}
 
     async def _heartbeat(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
-        out = self.core.heartbeat(self.clock.now_ms(), body["broker_id"], body["broker_epoch"],
-                                  body["current_metadata_offset"], body["want_fence"], body["want_shut_down"])
-        await self._commit(out)
+        out = await self._decide(self.core.heartbeat, self.clock.now_ms(), body["broker_id"], body["broker_epoch"],
+                                 body["current_metadata_offset"], body["want_fence"], body["want_shut_down"])
         return out.response
 
     async def _alter_partition(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
-        out = self.core.alter_partition(self.clock.now_ms(), body["broker_id"], body["broker_epoch"], body["topics"])
-        await self._commit(out)
+        out = await self._decide(self.core.alter_partition, self.clock.now_ms(), body["broker_id"],
+                                 body["broker_epoch"], body["topics"])
         return out.response
 
     async def _create_topics(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
-        out = self.core.create_topics(self.clock.now_ms(), body["topics"], body["validate_only"])
-        await self._commit(out)
+        out = await self._decide(self.core.create_topics, self.clock.now_ms(), body["topics"], body["validate_only"])
         return out.response
 
     async def _elect_leaders(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
-        out = self.core.elect_leaders(self.clock.now_ms(), body["election_type"], body["topics"])
-        await self._commit(out)
+        out = await self._decide(self.core.elect_leaders, self.clock.now_ms(), body["election_type"], body["topics"])
         return out.response
 
     async def _describe_cluster(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:

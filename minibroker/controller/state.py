@@ -130,6 +130,11 @@ class ControllerState:
         self._out, self._events = [], []
         return out
 
+    def take_partial(self) -> Outcome:
+        """Triggered when an event handler raised (a bug): the records it had already applied,
+        so the driver can still persist them and the image never runs ahead of the log."""
+        return self._finish({"error": int(ErrorCode.UNKNOWN_SERVER_ERROR)})
+
     def image(self) -> list[tuple[int, MetadataRecord]]:
         """The whole current image as records (a snapshot): brokers, then each topic and its partitions."""
         out: list[tuple[int, MetadataRecord]] = []
@@ -525,20 +530,28 @@ class ControllerState:
         self.next_rebalance_ms = now_ms + s.leader_imbalance_check_interval_ms if s.auto_leader_rebalance_enable else None
         self.next_unclean_check_ms = now_ms + s.unclean_leader_election_interval_ms
 
-    def tick(self, now_ms: int) -> list[Outcome]:
-        """Triggered by the driver's timer: fence stale brokers (one per outcome), then run the
-        auto-rebalance and the periodic unclean check when due."""
-        outs: list[Outcome] = []
+    def due_periodic_tasks(self, now_ms: int) -> list[Callable[[int], Outcome]]:
+        """Triggered by the driver's timer: the periodic decisions due now (auto-rebalance every
+        leader.imbalance.check.interval.seconds when enabled; the unclean check every
+        unclean.leader.election.interval.ms), each rescheduled from now."""
         if self.next_unclean_check_ms is None:
             self._schedule_timers(now_ms)
-        while (o := self.maybe_fence_one_stale_broker(now_ms)) is not None:
-            outs.append(o)
+        due: list[Callable[[int], Outcome]] = []
         if self.next_rebalance_ms is not None and now_ms >= self.next_rebalance_ms:
             self.next_rebalance_ms = now_ms + self.settings.leader_imbalance_check_interval_ms
-            outs.append(self.maybe_balance_partition_leaders(now_ms))
+            due.append(self.maybe_balance_partition_leaders)
         if self.next_unclean_check_ms is not None and now_ms >= self.next_unclean_check_ms:
             self.next_unclean_check_ms = now_ms + self.settings.unclean_leader_election_interval_ms
-            outs.append(self.maybe_elect_unclean_leaders(now_ms))
+            due.append(self.maybe_elect_unclean_leaders)
+        return due
+
+    def tick(self, now_ms: int) -> list[Outcome]:
+        """One timer tick as the driver runs it: fence stale brokers (one per outcome), then the
+        due periodic tasks. Outcomes without records or events are left out."""
+        outs: list[Outcome] = []
+        while (o := self.maybe_fence_one_stale_broker(now_ms)) is not None:
+            outs.append(o)
+        outs += [task(now_ms) for task in self.due_periodic_tasks(now_ms)]
         return [o for o in outs if o.records or o.events]
 
     # --------------------------------------------------------- AlterPartition

@@ -11,7 +11,6 @@ import subprocess
 import sys
 from typing import Any, Callable
 
-import pytest
 
 from minibroker.config import Config
 from minibroker.controller.server import ControllerServer
@@ -334,5 +333,26 @@ async def test_metadata_log_write_failure_stops_the_controller_and_fails_the_req
         assert r["error"] == ErrorCode.KAFKA_STORAGE_ERROR
         await asyncio.wait_for(server.stopped.wait(), DEADLINE_S)
         assert server.fatal is not None
+    finally:
+        await b1.close(); await server.stop()
+
+
+async def test_records_applied_before_a_core_failure_are_still_persisted(tmp_path):
+    from minibroker.metadata import TopicRecord
+    server, port = await start(tmp_path)
+    (b1,) = await running_brokers(port, 1)
+    core = server.core
+
+    def broken(now_ms, topics, validate_only):
+        core._begin(now_ms)
+        core._append(TopicRecord("half", "id", 1, {}))
+        raise RuntimeError("bug in the middle of a decision")
+
+    server.core.create_topics = broken  # type: ignore[method-assign]
+    try:
+        r = await b1.call(ApiKey.CREATE_TOPICS, {"topics": [{"topic": "half"}]})
+        assert r["error"] == ErrorCode.UNKNOWN_SERVER_ERROR
+        assert server.mlog.durable_end == server.mlog.end == core.next_offset
+        assert server.mlog.read(core.next_offset - 1, 1)[0]["topic"] == "half"
     finally:
         await b1.close(); await server.stop()

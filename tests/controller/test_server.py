@@ -11,7 +11,6 @@ import subprocess
 import sys
 from typing import Any, Callable
 
-
 from minibroker.config import Config
 from minibroker.controller.server import ControllerServer
 from minibroker.errors import ErrorCode

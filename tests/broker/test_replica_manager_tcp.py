@@ -420,3 +420,192 @@ async def test_follower_truncates_in_several_rounds_when_it_does_not_know_the_le
     trunc = [(ev.before, ev.after) for ev in f.kinds("truncation") if ev.extra.get("side") == "end"]
     assert trunc == [(9, 6), (6, 3)]                 # 6: end of its own epoch 2; 3: end of common epoch 1
     assert ff.log.epoch_cache.entries == [(1, 0), (3, 4)]
+
+
+def list_offsets_body(timestamp: int, *, replica_id: int = -1, epoch: int = -1) -> dict:
+    return {"replica_id": replica_id, "topics": [{"topic": TOPIC, "partitions": [
+        {"partition": 0, "timestamp": timestamp, "current_leader_epoch": epoch}]}]}
+
+
+async def test_t4_new_leader_answers_offset_not_available_until_its_hw_reaches_the_epoch_start(cluster):
+    b, c = cluster.node(2), cluster.node(3)
+    await asyncio.to_thread(prepare_log, b.data_dir, [(0, 10)], "a", hw=8)
+    await asyncio.to_thread(prepare_log, c.data_dir, [(0, 10)], "a", hw=8)
+    await cluster.start(2, 3)
+    rec = cluster.assign((2, 3), 2, isr=(2, 3), leader_epoch=1, to=[2])    # 3 not following yet
+    client = await cluster.client(2)
+    e = p0(await client.request(ApiKey.LIST_OFFSETS, list_offsets_body(-1)))
+    assert e["error"] == ErrorCode.OFFSET_NOT_AVAILABLE
+    e = p0(await client.request(ApiKey.LIST_OFFSETS, list_offsets_body(-2)))
+    assert (e["error"], e["offset"], e["leader_epoch"]) == (0, 0, 0)
+    peer = await cluster.client(2, secret=SECRET)
+    e = p0(await peer.request(ApiKey.LIST_OFFSETS, list_offsets_body(-1, replica_id=3)))
+    assert (e["error"], e["offset"]) == (0, 10)                             # replicas get the LEO
+    e = p0(await client.request(ApiKey.FETCH, fetch_body(9)))                # X9: below the LEO, above HW
+    assert (e["error"], e["records"], e["high_watermark"]) == (0, b"", 8)
+    cluster.controller.publish(rec, to=[3])
+    await until(lambda: b.part().hw == 10, what="HW to reach the epoch start once 3 fetched")
+    e = p0(await client.request(ApiKey.LIST_OFFSETS, list_offsets_body(-1, epoch=1)))
+    assert (e["error"], e["offset"], e["leader_epoch"]) == (0, 10, 1)
+    e = p0(await client.request(ApiKey.LIST_OFFSETS, list_offsets_body(-1, epoch=0)))
+    assert e["error"] == ErrorCode.FENCED_LEADER_EPOCH
+    e = p0(await (await cluster.client(3)).request(ApiKey.LIST_OFFSETS, list_offsets_body(-1)))
+    assert e["error"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+async def test_zombie_leader_never_acks_acks_all_and_loses_its_acks_1_writes(cluster):
+    n1, n2, n3 = cluster.node(1), cluster.node(2), cluster.node(3)
+    await cluster.start(1, 2, 3, topic_configs={"min.insync.replicas": "2"})
+    cluster.assign((1, 2, 3), 1)
+    prod = await cluster.client(1)
+    assert p0(await prod.request(ApiKey.PRODUCE, produce_body([b"committed"])))["error"] == 0
+    # Broker 1 is cut off from the controller; 2 takes over at epoch 1 (S11/S12/X13).
+    cluster.controller.deaf.add(1)
+    rec = cluster.assign((1, 2, 3), 2, isr=(2, 3), leader_epoch=1)
+    await until(lambda: n3.rm.fetchers.state((TOPIC, 0)) is not None
+                and n3.rm.fetchers.state((TOPIC, 0)).leader_epoch == 1)
+    e = p0(await prod.request(ApiKey.PRODUCE, produce_body([b"zombie-all"], timeout_ms=600)))
+    assert e["error"] == ErrorCode.REQUEST_TIMED_OUT                       # appended, never acked
+    e = p0(await prod.request(ApiKey.PRODUCE, produce_body([b"zombie-one"], acks=1)))
+    assert (e["error"], e["base_offset"]) == (0, 2)
+    assert n1.part().hw == 1
+    new = await cluster.client(2)
+    e = p0(await new.request(ApiKey.PRODUCE, produce_body([b"new-leader"])))
+    assert (e["error"], e["base_offset"]) == (0, 1)
+    # Healed: 1 learns epoch 1, truncates its unreplicated suffix and follows 2.
+    cluster.controller.deaf.clear()
+    cluster.controller.publish(cluster.controller.partitions[(TOPIC, 0)], to=[1])
+    await until(lambda: values(log_bytes(n1.part().log)) == [b"committed", b"new-leader"],
+                what="the zombie to truncate and follow the new leader")
+    assert n1.part().role == "follower"
+    assert not [ev for ev in n1.events if ev.kind == "produce_completed" and ev.after == "NONE"]
+
+
+async def test_isr_shrinks_on_the_lag_timer_then_the_restarted_follower_rejoins_without_truncating(cluster):
+    cfg = {"replica.lag.time.max.ms": "300"}
+    n1, n2 = cluster.node(1, config=cfg), cluster.node(2, config=cfg)
+    await cluster.start(1, 2, topic_configs={"min.insync.replicas": "1"})
+    cluster.assign((1, 2), 1)
+    prod = await cluster.client(1)
+    assert p0(await prod.request(ApiKey.PRODUCE, produce_body([b"one"])))["error"] == 0
+    await until(lambda: n2.part().hw == 1)
+    await n2.stop()
+    e = p0(await prod.request(ApiKey.PRODUCE, produce_body([b"two"], timeout_ms=20_000)))
+    assert e["error"] == 0                                                 # completed after the shrink
+    assert cluster.controller.partitions[(TOPIC, 0)].isr == (1,)
+    proposed = n1.kinds("isr_proposed")
+    assert proposed[0].after == [1] and "not caught up" in proposed[0].reason
+    assert n1.kinds("isr_shrink")[0].after == [1]
+    assert cluster.controller.alter_requests[0]["isr"] == [1]
+    n2.broker_epoch += 1
+    await n2.start()
+    cluster.controller.publish(n2.broker_record())
+    await until(lambda: cluster.controller.partitions[(TOPIC, 0)].isr == (1, 2), what="2 to rejoin")
+    assert not [ev for ev in n2.events if ev.kind == "truncation" and ev.extra.get("side") == "end"]
+    assert values(log_bytes(n2.part().log)) == [b"one", b"two"]
+    assert n1.kinds("isr_expand")
+
+
+async def test_follower_read_preferred_replica_by_rack_and_follower_serves_to_its_own_hw(cluster):
+    cfg = {"replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector"}
+    for i in (1, 2, 3):
+        cluster.node(i, rack=f"r{i}", config=cfg)
+    await cluster.start(1, 2, 3)
+    cluster.assign((1, 2, 3), 1)
+    prod = await cluster.client(1)
+    for i in range(3):
+        assert p0(await prod.request(ApiKey.PRODUCE, produce_body([f"v{i}".encode()])))["error"] == 0
+    await until(lambda: all(cluster.nodes[i].part().hw == 3 for i in (2, 3)), what="followers' HW")
+    consumer = await cluster.client(1)
+    e = p0(await consumer.request(ApiKey.FETCH, fetch_body(0, rack="r2", max_wait_ms=5000)))
+    assert (e["preferred_read_replica"], e["records"], e["high_watermark"]) == (2, b"", 3)
+    e = p0(await consumer.request(ApiKey.FETCH, fetch_body(0, rack="r1")))      # leader's own rack
+    assert e["preferred_read_replica"] == -1 and values(e["records"])[:1] == [b"v0"]
+    e = p0(await consumer.request(ApiKey.FETCH, fetch_body(0, rack="r9")))      # nobody in that rack
+    assert e["preferred_read_replica"] == -1
+    on2 = await cluster.client(2)
+    e = p0(await on2.request(ApiKey.FETCH, fetch_body(0, rack="r2", epoch=0)))
+    assert e["error"] == 0 and values(e["records"])[:1] == [b"v0"] and e["high_watermark"] == 3
+    e = p0(await on2.request(ApiKey.FETCH, fetch_body(4, rack="r2")))
+    assert e["error"] == ErrorCode.OFFSET_OUT_OF_RANGE                        # beyond the follower's LEO
+    # A follower read at its HW parks until the follower's HW moves (R9).
+    parked = asyncio.ensure_future(on2.request(ApiKey.FETCH, fetch_body(3, rack="r2", max_wait_ms=20_000)))
+    await until(lambda: len(cluster.nodes[2].rm.purgatory) == 1)
+    assert p0(await prod.request(ApiKey.PRODUCE, produce_body([b"v3"])))["error"] == 0
+    e = p0(await parked)
+    assert values(e["records"]) == [b"v3"] and e["high_watermark"] == 4
+
+
+async def test_produce_errors_are_per_partition_and_write_nothing(cluster):
+    cluster.node(1)
+    cluster.node(2)
+    await cluster.start(1, 2, topic_configs={"min.insync.replicas": "2", "max.message.bytes": "300"})
+    cluster.assign((1, 2), 1, isr=(1,))
+    prod = await cluster.client(1)
+    leader = cluster.nodes[1].part()
+
+    async def produce(**kw: Any) -> dict:
+        return p0(await prod.request(ApiKey.PRODUCE, produce_body([b"v"], **kw)))
+
+    assert (await produce(acks=-1))["error"] == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert (await produce(acks=2))["error"] == ErrorCode.INVALID_REQUIRED_ACKS
+    assert (await produce(acks=1, topic="nope"))["error"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert (await produce(acks=1, partition=7))["error"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    bad = bytearray(build_batch([b"v"]))
+    bad[-1] ^= 0xFF
+    e = await produce(acks=1, records=bytes(bad))
+    assert e["error"] == ErrorCode.CORRUPT_MESSAGE and "CRC" in e["message"]
+    assert (await produce(acks=1, records=build_batch([b"x" * 400])))["error"] == ErrorCode.MESSAGE_TOO_LARGE
+    assert leader.leo == 0
+    e = await produce(acks=1)                     # acks=1 is never refused for ISR size (P3)
+    assert (e["error"], e["base_offset"]) == (0, 0)
+    assert leader.hw == 0                         # strict min ISR: HW frozen (P7/H2)
+    follower = await cluster.client(2)
+    assert (await follower.request(ApiKey.PRODUCE, produce_body([b"v"], acks=1)))["topics"][0][
+        "partitions"][0]["error"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+async def test_acks_0_failure_closes_the_connection(cluster):
+    cluster.node(1)
+    await cluster.start(1)
+    cluster.assign((1,), 1)
+    c = await cluster.client(1)
+    c.send_no_response(ApiKey.PRODUCE, produce_body([b"ok"], acks=0))
+    await until(lambda: cluster.nodes[1].part().leo == 1)
+    assert not c.closed
+    c.send_no_response(ApiKey.PRODUCE, produce_body([b"lost"], acks=0, topic="nope"))
+    await until(lambda: c.closed, what="the broker to close the acks=0 connection")
+
+
+async def test_parked_requests_die_with_their_connection(cluster):
+    cluster.node(1)
+    cluster.node(2)
+    await cluster.start(1, 2)
+    cluster.assign((1, 2), 1, to=[1])            # 2 never fetches: acks=all cannot complete
+    leader_rm = cluster.nodes[1].rm
+    c = await cluster.client(1)
+    produce = asyncio.ensure_future(c.request(ApiKey.PRODUCE, produce_body([b"v"], timeout_ms=60_000)))
+    fetch = asyncio.ensure_future(c.request(ApiKey.FETCH, fetch_body(0, max_wait_ms=60_000)))
+    await until(lambda: cluster.nodes[1].part().core.waiting == 1 and len(leader_rm.purgatory) == 1)
+    c.close()
+    await until(lambda: cluster.nodes[1].part().core.waiting == 0 and len(leader_rm.purgatory) == 0,
+                what="the parked produce and fetch to go with the connection")
+    for f in (produce, fetch):
+        with pytest.raises(KafkaError):
+            await f
+
+
+async def test_consumer_long_poll_wakes_on_the_hw_move_not_on_the_append(cluster):
+    cluster.node(1)
+    cluster.node(2)
+    await cluster.start(1, 2)
+    rec = cluster.assign((1, 2), 1, to=[1])
+    consumer = await cluster.client(1)
+    parked = asyncio.ensure_future(consumer.request(ApiKey.FETCH, fetch_body(0, max_wait_ms=60_000)))
+    await until(lambda: len(cluster.nodes[1].rm.purgatory) == 1)
+    prod = await cluster.client(1)
+    assert p0(await prod.request(ApiKey.PRODUCE, produce_body([b"v"], acks=1)))["error"] == 0
+    assert not parked.done() and len(cluster.nodes[1].rm.purgatory) == 1   # uncommitted: still parked
+    cluster.controller.publish(rec, to=[2])                                 # follower fetches: HW moves
+    e = p0(await parked)
+    assert values(e["records"]) == [b"v"] and e["high_watermark"] == 1

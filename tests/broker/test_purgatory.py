@@ -1,0 +1,127 @@
+"""Delayed produces and parked fetches: who wakes them and when."""
+from __future__ import annotations
+
+import asyncio
+
+from minibroker.broker.purgatory import DelayedFetch, DelayedProduce, FetchPurgatory
+from minibroker.errors import ErrorCode
+
+K0 = ("t", 0)
+K1 = ("t", 1)
+
+
+async def test_delayed_produce_entries_start_as_request_timed_out():
+    op = DelayedProduce()
+    entry: dict = {"partition": 0, "error": 0}
+    op.add(entry, K0)
+    assert entry["error"] == ErrorCode.REQUEST_TIMED_OUT
+
+
+async def test_delayed_produce_resolves_when_every_partition_completed():
+    op = DelayedProduce()
+    e0: dict = {}
+    e1: dict = {}
+    w0, w1 = op.add(e0, K0), op.add(e1, K1)
+    waiting = asyncio.ensure_future(op.wait(60_000))
+    w0.complete(ErrorCode.NONE)
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    w1.complete(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+    assert await waiting is True
+    assert e0["error"] == 0 and e1["error"] == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    assert op.pending() == []
+
+
+async def test_delayed_produce_timeout_keeps_resolved_partitions_and_times_out_the_rest():
+    op = DelayedProduce()
+    e0: dict = {}
+    e1: dict = {}
+    w0, _ = op.add(e0, K0), op.add(e1, K1)
+    w0.complete(ErrorCode.NONE)
+    assert await op.wait(1) is False
+    assert e0["error"] == 0 and e1["error"] == ErrorCode.REQUEST_TIMED_OUT
+    assert [w.key for w in op.pending()] == [K1]
+
+
+async def test_a_waiter_completes_once():
+    op = DelayedProduce()
+    e: dict = {}
+    w = op.add(e, K0)
+    w.complete(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    w.complete(ErrorCode.NONE)
+    assert e["error"] == ErrorCode.NOT_LEADER_OR_FOLLOWER and op.remaining == 0
+
+
+async def test_follower_fetch_wakes_on_append_not_on_hw_move():
+    p = FetchPurgatory()
+    op = DelayedFetch([K0], needed=1, follower=True)
+    p.watch(op)
+    p.on_hw_move(K0, 100)
+    assert not op.future.done()               # F10: HW-only changes do not wake followers
+    p.on_append(K0, 10)
+    assert op.future.done()
+
+
+async def test_consumer_fetch_wakes_on_hw_move_not_on_append():
+    p = FetchPurgatory()
+    op = DelayedFetch([K0], needed=1, follower=False)
+    p.watch(op)
+    p.on_append(K0, 100)
+    assert not op.future.done()               # uncommitted data is not readable
+    p.on_hw_move(K0, 10)
+    assert op.future.done()
+
+
+async def test_fetch_waits_for_min_bytes_summed_over_partitions():
+    p = FetchPurgatory()
+    op = DelayedFetch([K0, K1], needed=100, follower=True)
+    p.watch(op)
+    p.on_append(K0, 60)
+    assert not op.future.done()
+    p.on_append(K1, 40)
+    assert op.future.done()
+
+
+async def test_unknown_byte_count_completes_the_fetch():
+    p = FetchPurgatory()
+    op = DelayedFetch([K0], needed=1 << 20, follower=False)
+    p.watch(op)
+    p.on_hw_move(K0, None)
+    assert op.future.done()
+
+
+async def test_state_change_completes_every_fetch_on_that_partition_only():
+    p = FetchPurgatory()
+    a = DelayedFetch([K0], needed=1, follower=True)
+    b = DelayedFetch([K0, K1], needed=1, follower=False)
+    c = DelayedFetch([K1], needed=1, follower=False)
+    for op in (a, b, c):
+        p.watch(op)
+    p.on_state_change(K0)
+    assert a.future.done() and b.future.done() and not c.future.done()
+
+
+async def test_closed_fetch_is_no_longer_watched():
+    p = FetchPurgatory()
+    op = DelayedFetch([K0, K1], needed=1, follower=True)
+    p.watch(op)
+    assert len(p) == 1 and p.watching(K0) and p.watching(K1)
+    p.close(op)
+    assert len(p) == 0 and not p.watching(K0)
+    p.on_append(K0, 10)
+    assert not op.future.done()
+
+
+async def test_fetch_wait_ends_at_max_wait():
+    op = DelayedFetch([K0], needed=1, follower=True)
+    await op.wait(1)
+    assert op.future.done()
+
+
+async def test_complete_all_answers_every_parked_fetch():
+    p = FetchPurgatory()
+    ops = [DelayedFetch([K0], needed=1, follower=bool(i % 2)) for i in range(4)]
+    for op in ops:
+        p.watch(op)
+    p.complete_all()
+    assert all(op.future.done() for op in ops)

@@ -1,0 +1,375 @@
+"""ReplicaManager without sockets: one broker's RM on a real LogManager in a
+tmp dir, requests handed straight to its handlers, metadata fed as records,
+AlterPartition answered by a scripted controller. Covers fetch-response
+assembly and the leader-side rules that do not need a live follower."""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import types
+from typing import Any
+
+import pytest
+
+from minibroker.broker.metadata_image import MetadataImage
+from minibroker.broker.replica_manager import ReplicaManager
+from minibroker.config import DEFAULTS, Config, ConfigError
+from minibroker.errors import ErrorCode, KafkaError
+from minibroker.events import Event
+from minibroker.metadata import BrokerRecord, Endpoint, PartitionRecord, TopicRecord
+from minibroker.records import build_batch, iter_records
+from minibroker.storage import LogManager
+
+T = "t"
+
+
+class ScriptedController:
+    """Answers AlterPartition submissions: accepts with its own ISR choice
+    (`override`), or fails with `error`; records what was asked."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict] = []
+        self.error = 0
+        self.override: list[int] | None = None
+        self.gate: asyncio.Event | None = None
+
+    async def submit(self, topic: str, partition: int, leader_epoch: int, partition_epoch: int,
+                     new_isr_with_epochs: list[dict], leader_recovery_state: int = 0) -> dict:
+        self.calls.append({"leader_epoch": leader_epoch, "partition_epoch": partition_epoch,
+                           "isr": new_isr_with_epochs})
+        if self.gate is not None:
+            await self.gate.wait()
+        isr = self.override or [e["broker_id"] for e in new_isr_with_epochs]
+        return {"partition": partition, "error": self.error, "leader_id": 1, "leader_epoch": leader_epoch,
+                "isr": isr, "partition_epoch": partition_epoch + 1, "leader_recovery_state": 0}
+
+
+class NoPeers:
+    async def get(self, broker_id: int):
+        raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, "no peers in this test")
+
+    def drop(self, broker_id: int) -> None:
+        pass
+
+
+class Broker:
+    def __init__(self, tmp_path, config: dict[str, str] | None = None) -> None:
+        self.config = Config({**DEFAULTS, "node.id": "1", **(config or {})})
+        self.image = MetadataImage(self.config)
+        self.events: list[Event] = []
+        self.controller = ScriptedController()
+        self.lm = LogManager(str(tmp_path / "data"), event_sink=self.events.append)
+        self.now = 1_000_000
+        self.rm = ReplicaManager(node_id=1, config=self.config, log_manager=self.lm, image=self.image,
+                                 alter_partition=self.controller, peers=NoPeers(),
+                                 events=self.events.append, broker_epoch=lambda: 11, clock=lambda: self.now)
+        self.offset = 0
+        self.aborted: list[str] = []
+        self.ctx = types.SimpleNamespace(authenticated=False, conn=types.SimpleNamespace(abort=self.aborted.append))
+        self.peer_ctx = types.SimpleNamespace(authenticated=True, conn=None)
+
+    def publish(self, *records: Any) -> None:
+        batch = []
+        for r in records:
+            batch.append((self.offset, r))
+            self.offset += 1
+        delta = self.image.apply(batch, None, self.offset)
+        self.rm.on_metadata(delta.partitions, delta.brokers, self.now)
+
+    def setup(self, replicas=(1, 2), isr=None, *, epoch: int = 0, partitions: int = 1,
+              configs: dict[str, str] | None = None, racks: dict[int, str] | None = None) -> None:
+        racks = racks or {}
+        self.publish(*(BrokerRecord(b, 10 + b, racks.get(b), (Endpoint("PLAINTEXT", "127.0.0.1", 1),),
+                                    fenced=False) for b in (1, 2, 3)),
+                     TopicRecord(T, "id", partitions, dict(configs or {})),
+                     *(PartitionRecord(T, p, tuple(replicas), tuple(isr or replicas), replicas[0], epoch, 0)
+                       for p in range(partitions)))
+
+    def part(self, p: int = 0):
+        return self.rm.partition(T, p)
+
+    async def produce(self, values: list[bytes], acks: int = 1, *, partition: int = 0, timeout_ms: int = 30_000,
+                      records: bytes | None = None) -> dict | None:
+        body = {"acks": acks, "timeout_ms": timeout_ms, "topics": [{"topic": T, "partitions": [
+            {"partition": partition, "records": records if records is not None else build_batch(values)}]}]}
+        return await self.rm.handle_produce(self.ctx, body)
+
+    async def fetch(self, parts: list[dict], *, replica_id: int = -1, max_wait_ms: int = 0, min_bytes: int = 1,
+                    max_bytes: int = 50 << 20, rack: str = "", broker_epoch: int = -1) -> dict:
+        body = {"replica_id": replica_id, "broker_epoch": broker_epoch, "max_wait_ms": max_wait_ms,
+                "min_bytes": min_bytes, "max_bytes": max_bytes, "rack_id": rack,
+                "topics": [{"topic": T, "partitions": [
+                    {"current_leader_epoch": -1, "last_fetched_epoch": -1, "log_start_offset": -1,
+                     "partition_max_bytes": 1 << 20, **p} for p in parts]}]}
+        return await self.rm.handle_fetch(self.peer_ctx if replica_id >= 0 else self.ctx, body)
+
+    async def close(self) -> None:
+        await self.rm.shutdown()
+
+
+@pytest.fixture
+async def broker(tmp_path):
+    b = Broker(tmp_path)
+    yield b
+    await b.close()
+
+
+def entries(resp: dict) -> list[dict]:
+    return [p for t in resp["topics"] for p in t["partitions"]]
+
+
+# ------------------------------------------------------------------ fetch responses
+
+
+async def test_fetch_partition_entry_carries_every_field_of_the_contract(broker):
+    broker.setup(replicas=(1,))
+    await broker.produce([b"a", b"b"])
+    (e,) = entries(await broker.fetch([{"partition": 0, "fetch_offset": 0}]))
+    assert set(e) == {"partition", "error", "high_watermark", "last_stable_offset", "log_start_offset",
+                      "diverging_epoch", "preferred_read_replica", "current_leader", "records"}
+    assert (e["error"], e["high_watermark"], e["last_stable_offset"], e["log_start_offset"]) == (0, 2, 2, 0)
+    assert (e["diverging_epoch"], e["preferred_read_replica"], e["current_leader"]) == (None, -1, None)
+    assert [r.value for r in iter_records(e["records"])] == [b"a", b"b"]
+
+
+async def test_follower_fetch_reports_the_hw_from_before_its_own_effect(broker):
+    broker.setup()
+    await broker.produce([b"a"])
+    assert broker.part().hw == 0
+    (e,) = entries(await broker.fetch([{"partition": 0, "fetch_offset": 1, "current_leader_epoch": 0}],
+                                      replica_id=2, broker_epoch=12))
+    assert e["error"] == 0 and e["high_watermark"] == 0      # F7: the old HW
+    assert broker.part().hw == 1                              # ...though this fetch moved it
+
+
+async def test_consumers_read_to_the_hw_and_followers_to_the_leo(broker):
+    broker.setup()
+    await broker.produce([b"a"])
+    (c,) = entries(await broker.fetch([{"partition": 0, "fetch_offset": 0}]))
+    assert c["records"] == b"" and c["error"] == 0            # HW 0: nothing committed yet
+    (f,) = entries(await broker.fetch([{"partition": 0, "fetch_offset": 0, "current_leader_epoch": 0}],
+                                      replica_id=2))
+    assert [r.value for r in iter_records(f["records"])] == [b"a"]
+
+
+async def test_consumer_offset_between_hw_and_leo_is_empty_and_beyond_leo_out_of_range(broker):
+    broker.setup()
+    await broker.produce([b"a", b"b"])
+    (e,) = entries(await broker.fetch([{"partition": 0, "fetch_offset": 1}]))
+    assert (e["error"], e["records"]) == (0, b"")
+    (e,) = entries(await broker.fetch([{"partition": 0, "fetch_offset": 3}]))
+    assert e["error"] == ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+async def test_first_partition_may_exceed_max_bytes_and_later_ones_get_the_remaining_budget(broker):
+    broker.setup(replicas=(1,), partitions=2)
+    big = [b"x" * 500]
+    await broker.produce(big, partition=0)
+    await broker.produce(big, partition=1)
+    resp = await broker.fetch([{"partition": 0, "fetch_offset": 0}, {"partition": 1, "fetch_offset": 0}],
+                              max_bytes=100)
+    e0, e1 = entries(resp)
+    assert len(e0["records"]) > 100 and e1["records"] == b""                  # KIP-74
+
+
+async def test_an_error_answers_at_once_even_with_a_long_max_wait(broker):
+    broker.setup()
+    resp = await asyncio.wait_for(
+        broker.fetch([{"partition": 0, "fetch_offset": 0}, {"partition": 5, "fetch_offset": 0}],
+                     max_wait_ms=60_000), 5)
+    assert [e["error"] for e in entries(resp)] == [0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+
+
+async def test_a_diverging_epoch_answer_holds_no_records_and_leaves_follower_state(broker):
+    broker.setup(epoch=0)
+    await broker.produce([b"a", b"b"])
+    broker.publish(dataclasses.replace(broker.image.partitions[(T, 0)], leader_epoch=1, partition_epoch=1))
+    before = broker.part().core.followers[2]
+    (e,) = entries(await broker.fetch([{"partition": 0, "fetch_offset": 3, "current_leader_epoch": 1,
+                                        "last_fetched_epoch": 0}], replica_id=2))
+    assert e["diverging_epoch"] == {"epoch": 0, "end_offset": 2} and e["records"] == b""
+    assert broker.part().core.followers[2] == before
+
+
+async def test_parked_consumer_fetch_completes_at_max_wait_with_the_current_hw(broker):
+    broker.setup()
+    await broker.produce([b"a"])
+    (e,) = entries(await broker.fetch([{"partition": 0, "fetch_offset": 0}], max_wait_ms=20))
+    assert (e["error"], e["records"], e["high_watermark"]) == (0, b"", 0)
+    assert len(broker.rm.purgatory) == 0
+
+
+async def test_parked_fetch_answers_not_leader_when_leadership_moves_away(broker):
+    broker.setup()
+    parked = asyncio.ensure_future(broker.fetch([{"partition": 0, "fetch_offset": 0}], max_wait_ms=60_000))
+    await asyncio.sleep(0)
+    assert len(broker.rm.purgatory) == 1
+    broker.publish(dataclasses.replace(broker.image.partitions[(T, 0)], leader=2, leader_epoch=1,
+                                       partition_epoch=1))
+    (e,) = entries(await asyncio.wait_for(parked, 5))
+    assert e["error"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert e["current_leader"] == {"leader_id": 2, "leader_epoch": 1}
+
+
+async def test_replica_fetch_needs_an_authenticated_connection(broker):
+    broker.setup()
+    body = {"replica_id": 2, "broker_epoch": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20,
+            "rack_id": "", "topics": []}
+    with pytest.raises(KafkaError) as exc:
+        await broker.rm.handle_fetch(broker.ctx, body)
+    assert exc.value.code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+# ------------------------------------------------------------------ produce
+
+
+async def test_acks_all_completes_when_the_follower_fetch_moves_the_hw(broker):
+    broker = broker
+    broker.setup(replicas=(1, 2), configs={"min.insync.replicas": "2"})
+    core = broker.part().core
+    pending = asyncio.ensure_future(broker.produce([b"a"], acks=-1))
+    await asyncio.sleep(0)
+    assert core.waiting == 1
+    await broker.fetch([{"partition": 0, "fetch_offset": 1, "current_leader_epoch": 0}], replica_id=2)
+    e = entries(await asyncio.wait_for(pending, 5))[0]
+    assert (e["error"], e["base_offset"]) == (0, 0)
+
+
+async def test_acks_all_times_out_while_the_follower_is_missing_and_the_record_stays(broker):
+    broker.setup(replicas=(1, 2))
+    e = entries(await broker.produce([b"a"], acks=-1, timeout_ms=20))[0]
+    assert e["error"] == ErrorCode.REQUEST_TIMED_OUT and e["base_offset"] == 0
+    assert broker.part().leo == 1 and broker.part().core.waiting == 0
+
+
+async def test_leadership_loss_fails_parked_acks_all_with_not_leader(broker):
+    broker.setup(replicas=(1, 2))
+    pending = asyncio.ensure_future(broker.produce([b"a"], acks=-1))
+    await asyncio.sleep(0)
+    broker.publish(dataclasses.replace(broker.image.partitions[(T, 0)], leader=2, leader_epoch=1,
+                                       partition_epoch=1))
+    e = entries(await asyncio.wait_for(pending, 5))[0]
+    assert e["error"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+async def test_acks_0_returns_nothing_and_acks_0_failure_aborts_the_connection(broker):
+    broker.setup(replicas=(1,))
+    assert await broker.produce([b"a"], acks=0) is None and not broker.aborted
+    assert await broker.produce([b"a"], acks=0, partition=9) is None
+    assert broker.aborted
+
+
+async def test_fsync_before_ack_flushes_the_log_before_answering(tmp_path):
+    b = Broker(tmp_path, {"minibroker.fsync.before.ack": "true"})
+    try:
+        b.setup(replicas=(1,))
+        e = entries(await b.produce([b"a"], acks=1))[0]
+        assert e["error"] == 0 and b.part().log.recovery_point >= 1
+    finally:
+        await b.close()
+
+
+# ------------------------------------------------------------------ ISR changes
+
+
+async def test_expansion_is_proposed_with_broker_epochs_and_the_controllers_answer_is_adopted(broker):
+    broker.setup(replicas=(1, 2, 3), isr=(1,))
+    broker.controller.override = [1, 3]           # the controller may answer differently (I6)
+    await broker.fetch([{"partition": 0, "fetch_offset": 0, "current_leader_epoch": 0}], replica_id=2,
+                       broker_epoch=12)
+    core = broker.part().core
+    assert core.maximal_isr == (1, 2)             # counts at once, before the answer
+    await asyncio.sleep(0)
+    assert broker.controller.calls[0]["isr"] == [{"broker_id": 1, "broker_epoch": 11},
+                                                {"broker_id": 2, "broker_epoch": 12}]
+    await asyncio.sleep(0.01)
+    assert core.isr == (1, 3) and core.pending is None and core.partition_epoch == 1
+
+
+async def test_rejected_expansion_reverts_to_the_committed_isr(broker):
+    broker.setup(replicas=(1, 2), isr=(1,))
+    broker.controller.error = int(ErrorCode.INELIGIBLE_REPLICA)
+    await broker.fetch([{"partition": 0, "fetch_offset": 0, "current_leader_epoch": 0}], replica_id=2)
+    core = broker.part().core
+    assert core.maximal_isr == (1, 2)
+    await asyncio.sleep(0.01)
+    assert core.pending is None and core.maximal_isr == (1,)
+
+
+async def test_stale_alter_partition_answer_after_new_metadata_is_ignored(broker):
+    broker.setup(replicas=(1, 2), isr=(1,))
+    broker.controller.gate = asyncio.Event()
+    await broker.fetch([{"partition": 0, "fetch_offset": 0, "current_leader_epoch": 0}], replica_id=2)
+    broker.publish(dataclasses.replace(broker.image.partitions[(T, 0)], isr=(1,), partition_epoch=3))
+    broker.controller.gate.set()
+    await asyncio.sleep(0.01)
+    core = broker.part().core
+    assert core.isr == (1,) and core.partition_epoch == 3
+
+
+async def test_isr_check_shrinks_a_follower_that_stopped_catching_up(broker):
+    broker.setup(replicas=(1, 2))
+    await broker.produce([b"a"])
+    broker.now += 30_001
+    broker.rm._isr_check()
+    await asyncio.sleep(0)
+    assert broker.controller.calls and [e["broker_id"] for e in broker.controller.calls[0]["isr"]] == [1]
+
+
+async def test_fenced_broker_is_not_isr_eligible(broker):
+    broker.setup(replicas=(1, 2), isr=(1,))
+    broker.publish(BrokerRecord(2, 12, None, (Endpoint("PLAINTEXT", "127.0.0.1", 1),), fenced=True))
+    await broker.fetch([{"partition": 0, "fetch_offset": 0, "current_leader_epoch": 0}], replica_id=2)
+    assert not broker.controller.calls and broker.part().core.isr == (1,)
+
+
+async def test_lesson_profile_commits_isr_changes_at_once_and_tells_the_controller(tmp_path):
+    b = Broker(tmp_path, {"minibroker.semantics": "lesson"})
+    try:
+        b.setup(replicas=(1, 2), isr=(1,))
+        assert b.part().core.profile.name == "lesson"
+        await b.fetch([{"partition": 0, "fetch_offset": 0, "current_leader_epoch": 0}], replica_id=2)
+        assert b.part().core.isr == (1, 2)
+        await asyncio.sleep(0.01)
+        assert b.controller.calls[0]["partition_epoch"] == 0
+    finally:
+        await b.close()
+
+
+def test_unknown_semantics_or_selector_is_a_config_error(tmp_path):
+    for bad in ({"minibroker.semantics": "raft"}, {"replica.selector.class": "Nope"}):
+        with pytest.raises(ConfigError):
+            Broker(tmp_path, bad)
+
+
+# ------------------------------------------------------------------ metadata
+
+
+async def test_stale_partition_epoch_is_ignored(broker):
+    broker.setup(replicas=(1, 2))
+    rec = broker.image.partitions[(T, 0)]
+    broker.publish(dataclasses.replace(rec, isr=(1,), partition_epoch=2))
+    broker.rm.on_metadata([dataclasses.replace(rec, isr=(1, 2), partition_epoch=1)], [], broker.now)
+    assert broker.part().core.isr == (1,)
+
+
+async def test_reassigned_away_replica_is_stopped_and_its_log_deleted(broker):
+    broker.setup(replicas=(1, 2))
+    await broker.produce([b"a"])
+    broker.publish(dataclasses.replace(broker.image.partitions[(T, 0)], replicas=(2, 3), isr=(2, 3),
+                                       leader=2, leader_epoch=1, partition_epoch=1))
+    assert broker.part() is None
+    for _ in range(100):
+        if (T, 0) not in broker.lm:
+            break
+        await asyncio.sleep(0.01)
+    assert (T, 0) not in broker.lm
+
+
+async def test_replica_status_reports_the_leaders_view(broker):
+    broker.setup(replicas=(1, 2))
+    await broker.produce([b"a"])
+    (s,) = broker.rm.replica_status(None)["partitions"]
+    assert (s["role"], s["leo"], s["hw"], s["isr"], s["pending"]) == ("leader", 1, 0, [1, 2], None)
+    assert [r["broker_id"] for r in s["replicas"]] == [1, 2] and s["replicas"][1]["leo"] == -1
+    assert broker.rm.leaderships() == [(T, 0)] and broker.rm.high_watermark(T, 0) == 0

@@ -87,11 +87,16 @@ class Admin:
     async def create_topics(self, topics: Iterable[NewTopic], *, validate_only: bool = False,
                             timeout_ms: int = 30_000) -> dict[str, KafkaError | None]:
         """Returns each topic's error (None = created)."""
-        body = {"topics": [{"topic": t.name, "num_partitions": t.num_partitions,
-                            "replication_factor": t.replication_factor,
-                            "assignments": t.assignments, "configs": dict(t.configs) or None}
-                           for t in topics],
-                "timeout_ms": timeout_ms, "validate_only": validate_only}
+        entries = []
+        for t in topics:
+            e: dict[str, Any] = {"topic": t.name, "num_partitions": t.num_partitions,
+                                 "replication_factor": t.replication_factor}
+            if t.assignments is not None:
+                e["assignments"] = [list(a) for a in t.assignments]
+            if t.configs:
+                e["configs"] = {str(k): str(v) for k, v in t.configs.items()}
+            entries.append(e)
+        body = {"topics": entries, "timeout_ms": timeout_ms, "validate_only": validate_only}
         resp = await self._any(ApiKey.CREATE_TOPICS, body)
         return {t["topic"]: (KafkaError(t["error"], t.get("message") or "", remote=True) if t.get("error") else None)
                 for t in resp.get("topics", ())}

@@ -111,9 +111,10 @@ class Consumer:
             raise KafkaError(self.net.cache.topic_error(topic), f"topic {topic}", remote=True)
         return list(range(n))
 
-    async def assign_topic(self, topic: str, partitions: Iterable[int] | None = None) -> list[TopicPartition]:
+    async def assign_topic(self, topic: str, partitions: Iterable[int] | None = None,
+                           timeout_ms: int | None = None) -> list[TopicPartition]:
         """Assign all (or the given) partitions of a topic, waiting for its metadata."""
-        all_parts = await self.partitions_for(topic)
+        all_parts = await self.partitions_for(topic, timeout_ms)
         chosen = list(partitions) if partitions is not None else all_parts
         for p in chosen:
             if p not in all_parts:

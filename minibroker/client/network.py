@@ -227,7 +227,7 @@ class ClientNetwork:
             if left <= 0:
                 detail = f" (last error: {last_error})" if last_error else ""
                 raise KafkaError(ErrorCode.REQUEST_TIMED_OUT,
-                                 f"{what} not available after {timeout_ms} ms{detail}")
+                                 f"{what} not present in metadata after {timeout_ms} ms{detail}")
             await asyncio.sleep(min(left, self.cache.refresh_backoff_ms) / 1000)
 
     async def close(self) -> None:

@@ -108,6 +108,9 @@ class Producer:
         self._started = False
         self._closed = False
         self.on_retry: Callable[[ProducerBatch, KafkaError], None] | None = None   # observability hook
+        # Called once per batch when it is done: (batch, base offset or -1, error or None).
+        # batch.tp and batch.records [(key, value, timestamp, headers)] say what it held.
+        self.on_batch_done: Callable[[ProducerBatch, int, KafkaError | None], None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -172,14 +175,17 @@ class Producer:
         assert self._loop is not None
         return self._loop.create_future()
 
-    async def partitions_for(self, topic: str) -> int:
+    async def partitions_for(self, topic: str, timeout_ms: int | None = None) -> int:
         """The topic's partition count, fetching metadata if needed (up to max.block.ms)."""
+        if not self._started:
+            await self.start()
         n = self.net.cache.partition_count(topic)
         if n is not None:
             return n
         self.net.want_topics([topic])
         await self.net.wait_for(lambda: self.net.cache.partition_count(topic) is not None
-                                or self._fatal_topic_error(topic), self.max_block_ms, f"topic {topic}")
+                                or self._fatal_topic_error(topic), timeout_ms or self.max_block_ms,
+                                f"topic {topic}")
         n = self.net.cache.partition_count(topic)
         if n is None:
             code = self.net.cache.topic_error(topic)
@@ -364,3 +370,5 @@ class Producer:
             batch.waiter.set_result((base_offset, error, log_append_time))
             self.acc.release(batch)
             self._space.set()
+            if self.on_batch_done is not None:
+                self.on_batch_done(batch, base_offset, error)

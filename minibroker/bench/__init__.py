@@ -1,0 +1,1 @@
+"""Benchmarks (not tests): they print figures and assert nothing."""

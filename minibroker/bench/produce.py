@@ -1,0 +1,145 @@
+"""`minibroker bench produce`: throughput and latency against a real local cluster.
+
+Starts a 3-broker cluster of real processes in a temporary directory (the
+`cluster up` code, free ports, no fault proxy unless asked), creates an RF=3
+topic and measures, with acks=all and 100-byte records:
+  1. batched load: records/s and MB/s of a producer sending as fast as the
+     buffer allows (linger.ms and batch.size as given);
+  2. awaited single records: one record in flight at a time, p50/p99 latency;
+  3. consumption: reading everything back from the beginning, records/s.
+"""
+from __future__ import annotations
+
+import asyncio
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from minibroker.client.accumulator import ProducerBatch
+from minibroker.client.admin import Admin
+from minibroker.client.consumer import Consumer
+from minibroker.client.producer import Producer
+from minibroker.errors import KafkaError
+from minibroker.testing.cluster import LocalCluster
+
+
+@dataclass
+class BenchResult:
+    batched_records: int = 0
+    batched_failed: int = 0
+    batched_seconds: float = 0.0
+    awaited: int = 0
+    latencies_ms: list[float] | None = None
+    consumed: int = 0
+    consume_seconds: float = 0.0
+
+    @property
+    def batched_rate(self) -> float:
+        return self.batched_records / self.batched_seconds if self.batched_seconds else 0.0
+
+    @property
+    def consume_rate(self) -> float:
+        return self.consumed / self.consume_seconds if self.consume_seconds else 0.0
+
+
+async def produce_batched(bootstrap: str, topic: str, count: int, size: int, cfg: dict[str, Any]) -> tuple[int, int, float]:
+    acked = failed = 0
+    first_error: list[KafkaError] = []
+
+    def done(batch: ProducerBatch, base: int, err: KafkaError | None) -> None:
+        nonlocal acked, failed
+        if err is None:
+            acked += len(batch.records)
+        else:
+            failed += len(batch.records)
+            if not first_error:
+                first_error.append(err)
+
+    async with Producer(bootstrap, {"acks": "all", **cfg}) as p:
+        p.on_batch_done = done
+        n = await p.partitions_for(topic)
+        value = b"v" * size
+        send = p.send
+        start = time.perf_counter()
+        for i in range(count):
+            await send(topic, value)
+        await p.flush()
+        elapsed = time.perf_counter() - start
+    if first_error:
+        print(f"  first error: {first_error[0]}")
+    return acked, failed, elapsed
+
+
+async def produce_awaited(bootstrap: str, topic: str, count: int, size: int) -> list[float]:
+    lat: list[float] = []
+    async with Producer(bootstrap, {"acks": "all", "linger.ms": "0"}) as p:
+        await p.partitions_for(topic)
+        value = b"a" * size
+        for _ in range(min(50, count)):                  # warm up connections
+            await p.send_and_wait(topic, value, partition=0)
+        for _ in range(count):
+            t0 = time.perf_counter()
+            await p.send_and_wait(topic, value, partition=0)
+            lat.append((time.perf_counter() - t0) * 1000)
+    return lat
+
+
+async def consume_all(bootstrap: str, topic: str, expected: int) -> tuple[int, float]:
+    async with Consumer(bootstrap, {"auto.offset.reset": "earliest", "max.poll.records": "100000",
+                                    "fetch.max.wait.ms": "100"}) as c:
+        await c.assign_topic(topic)
+        n = 0
+        start = time.perf_counter()
+        deadline = start + 300
+        while n < expected and time.perf_counter() < deadline:
+            n += len(await c.poll(timeout_ms=1000))
+        return n, time.perf_counter() - start
+
+
+def pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+async def run_bench(*, count: int, size: int, awaited: int, partitions: int, proxied: bool,
+                    producer_cfg: dict[str, Any], overrides: dict[str, str], bootstrap: str | None,
+                    out: Callable[[str], None]) -> BenchResult:
+    res = BenchResult()
+    cluster: LocalCluster | None = None
+    tmp: tempfile.TemporaryDirectory | None = None
+    try:
+        if bootstrap is None:
+            tmp = tempfile.TemporaryDirectory(prefix="minibroker-bench-")
+            cluster = LocalCluster.create(tmp.name + "/cluster", free_ports=True, proxied=proxied, overrides=overrides)
+            out(f"starting a 3-broker cluster in {cluster.data_dir} ...")
+            await cluster.up()
+            bootstrap = cluster.bootstrap
+        async with Admin(bootstrap) as admin:
+            topic = f"bench-{int(time.time())}"
+            await admin.create_topic(topic, partitions, 3, {"min.insync.replicas": "2"})
+        out(f"topic {topic}: {partitions} partition(s), RF=3, min.insync.replicas=2, acks=all, {size}-byte records")
+
+        acked, failed, secs = await produce_batched(bootstrap, topic, count, size, producer_cfg)
+        res.batched_records, res.batched_failed, res.batched_seconds = acked, failed, secs
+        cfg_s = ", ".join(f"{k}={v}" for k, v in producer_cfg.items())
+        out(f"batched ({cfg_s}): {acked:,} records in {secs:.2f} s = {res.batched_rate:,.0f} records/s, "
+            f"{res.batched_rate * size / 1e6:.1f} MB/s" + (f" ({failed} failed)" if failed else ""))
+
+        if awaited:
+            lat = await produce_awaited(bootstrap, topic, awaited, size)
+            res.awaited, res.latencies_ms = len(lat), lat
+            out(f"awaited single records: {len(lat):,} records, {len(lat) / (sum(lat) / 1000):,.0f} records/s, "
+                f"p50 {statistics.median(lat):.3f} ms, p99 {pct(lat, 0.99):.3f} ms")
+
+        total = acked + res.awaited + min(50, awaited)
+        n, secs = await consume_all(bootstrap, topic, total)
+        res.consumed, res.consume_seconds = n, secs
+        out(f"consume from the beginning: {n:,} records in {secs:.2f} s = {res.consume_rate:,.0f} records/s")
+    finally:
+        if cluster is not None:
+            cluster.down(timeout_s=10)
+        if tmp is not None:
+            tmp.cleanup()
+    return res

@@ -1,0 +1,5 @@
+import sys
+
+from minibroker.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,176 @@
+"""`minibroker cluster up|down|status|kill|pause|resume|restart|isolate|heal`."""
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+
+import click
+
+from minibroker.cli.common import handle_errors, parse_kv, run_async
+from minibroker.client.admin import Admin
+from minibroker.errors import KafkaError
+from minibroker.testing.cluster import ClusterError, LocalCluster, default_data_dir, state_path
+
+_dir_opt = click.option("--data-dir", type=click.Path(file_okay=False), default=None,
+                        help="Cluster data directory [default: $MINIBROKER_HOME, else ./.minibroker].")
+
+
+def _dir(data_dir: str | None) -> str:
+    return os.path.abspath(data_dir or default_data_dir())
+
+
+@click.group()
+def cluster() -> None:
+    """A local cluster of real processes: controller + brokers on 127.0.0.x."""
+
+
+@cluster.command()
+@_dir_opt
+@click.option("--brokers", type=int, default=3, show_default=True)
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Property for every broker and the controller (repeatable), e.g. min.insync.replicas=2.")
+@click.option("--fast", is_flag=True, help="Demo timings: fencing in 2 s, ISR shrink after 2 s of lag.")
+@click.option("--no-proxy", is_flag=True, help="No fault proxy between processes (isolate/heal unavailable).")
+@click.option("--timeout", type=float, default=60, show_default=True, help="Seconds to wait for every broker to run.")
+@handle_errors
+def up(data_dir: str | None, brokers: int, sets: tuple[str, ...], fast: bool, no_proxy: bool, timeout: float) -> None:
+    """Start the cluster (or restart a stopped one in the same directory); returns once every broker is RUNNING."""
+    d = _dir(data_dir)
+    if os.path.exists(state_path(d)):
+        c = LocalCluster.load(d)
+        if sets or fast or no_proxy or brokers != 3:
+            click.echo(f"note: {d} already holds a cluster; starting it with its recorded settings", err=True)
+        running = [i.name for i in c.info() if i.alive]
+        if len(running) == len(c.process_names()):
+            click.echo(f"The cluster in {d} is already running.")
+            _print_access(c)
+            return
+    else:
+        c = LocalCluster.create(d, brokers=brokers, overrides=parse_kv(sets, "--set"), proxied=not no_proxy,
+                                fast=fast)
+    c.start()
+    try:
+        run_async(c.wait_running(timeout))
+    except ClusterError:
+        click.echo("Cluster did not come up; stopping what started. Logs stay in " + d, err=True)
+        c.down(timeout_s=10)
+        raise
+    click.echo(f"minibroker cluster is up: controller {c.controller_address}, "
+               f"brokers {', '.join(str(b) for b in c.broker_ids)} RUNNING")
+    _print_access(c)
+
+
+def _print_access(c: LocalCluster) -> None:
+    click.echo(f"  bootstrap:  {c.bootstrap}")
+    click.echo(f"  data dir:   {c.data_dir}  (logs: broker-N/broker.log, controller/controller.log)")
+    racks = ", ".join(f"{b.node_id}={b.rack}" for b in c.layout.brokers)
+    click.echo(f"  racks:      {racks}")
+    click.echo("  stop with:  minibroker cluster down" + ("" if c.data_dir == _dir(None) else f" --data-dir {c.data_dir}"))
+
+
+@cluster.command()
+@_dir_opt
+@click.option("--purge", is_flag=True, help="Also delete the data directory.")
+@click.option("--timeout", type=float, default=30, show_default=True, help="Seconds for controlled shutdown before SIGKILL.")
+@handle_errors
+def down(data_dir: str | None, purge: bool, timeout: float) -> None:
+    """Stop every process (brokers with a controlled shutdown); data stays unless --purge."""
+    c = LocalCluster.load(_dir(data_dir))
+    c.down(timeout_s=timeout)
+    if purge:
+        shutil.rmtree(c.data_dir)
+        click.echo(f"Cluster stopped; removed {c.data_dir}")
+    else:
+        click.echo(f"Cluster stopped; data kept in {c.data_dir} (`minibroker cluster up` starts it again)")
+
+
+@cluster.command()
+@_dir_opt
+@handle_errors
+def status(data_dir: str | None) -> None:
+    """Each process: pid, running/paused/stopped, address, rack, broker state, cut paths."""
+    c = LocalCluster.load(_dir(data_dir))
+    states = run_async(_broker_states(c))
+    cut = {n for pair in c.blocked for n in pair}
+    click.echo(f"{'PROCESS':<12} {'PID':>7}  {'PROCESS STATE':<13} {'ADDRESS':<21} {'RACK':<7} {'BROKER STATE':<28} NETWORK")
+    for i in c.info():
+        pstate = "stopped" if not i.alive else ("paused" if i.paused else "running")
+        addr = rack = bstate = ""
+        net = ""
+        if i.name == "controller":
+            addr = c.controller_address
+            net = "cut" if 0 in cut and any(0 in p for p in c.blocked) else ""
+        elif i.name.startswith("broker-"):
+            b = c.layout.broker(int(i.name.split("-")[1]))
+            addr, rack = b.address, b.rack
+            bstate = states.get(b.node_id, "") if i.alive else ""
+            paths = [f"{s}->{d}" for s, d in c.blocked if b.node_id in (s, d)]
+            net = ("cut: " + " ".join(f"{_n(s)}->{_n(d)}" for s, d in c.blocked if b.node_id in (s, d))) if paths else ""
+        elif i.name == "proxy":
+            addr = "%s:%d" % c.layout.proxy_control if c.layout.proxy_control else ""
+        click.echo(f"{i.name:<12} {i.pid or '-':>7}  {pstate:<13} {addr:<21} {rack:<7} {bstate:<28} {net}".rstrip())
+    click.echo(f"bootstrap: {c.bootstrap}   data dir: {c.data_dir}")
+
+
+def _n(node: int) -> str:
+    return "ctl" if node == 0 else f"b{node}"
+
+
+async def _broker_states(c: LocalCluster) -> dict[int, str]:
+    out: dict[int, str] = {}
+    async with Admin(c.bootstrap, {"request.timeout.ms": "1500", "socket.connection.setup.timeout.ms": "1500"}) as admin:
+        async def one(b: int) -> None:
+            spec = c.layout.broker(b)
+            try:
+                resp = await asyncio.wait_for(admin.api_versions((spec.host, spec.port)), 2)
+                out[b] = resp.get("state", "?")
+            except (KafkaError, asyncio.TimeoutError) as exc:
+                out[b] = "no answer" if isinstance(exc, asyncio.TimeoutError) else exc.name
+        await asyncio.gather(*(one(b) for b in c.broker_ids))
+    return out
+
+
+def _fault(name: str, doc: str):
+    @cluster.command(name=name, help=doc)
+    @_dir_opt
+    @click.argument("broker", type=int)
+    @handle_errors
+    def cmd(data_dir: str | None, broker: int) -> None:
+        c = LocalCluster.load(_dir(data_dir))
+        getattr(c, name)(broker)
+        click.echo(f"{name}: broker {broker}" + (f" ({c.layout.broker(broker).address})" if broker else ""))
+    return cmd
+
+
+_fault("kill", "SIGKILL a broker (no controlled shutdown).")
+_fault("pause", "SIGSTOP a broker: frozen, sockets open, silent.")
+_fault("resume", "SIGCONT a paused broker.")
+_fault("isolate", "Cut a broker off from the controller and the other brokers, both ways "
+                  "(clients still reach it). BROKER 0 isolates the controller.")
+
+
+@cluster.command()
+@_dir_opt
+@click.argument("broker", type=int, required=False)
+@handle_errors
+def heal(data_dir: str | None, broker: int | None) -> None:
+    """Restore the network paths of BROKER (every cut path if omitted)."""
+    c = LocalCluster.load(_dir(data_dir))
+    c.heal(broker)
+    click.echo(f"heal: {'broker ' + str(broker) if broker is not None else 'all paths'}")
+
+
+@cluster.command()
+@_dir_opt
+@click.argument("broker", type=int)
+@click.option("--hard", is_flag=True, help="SIGKILL instead of a controlled shutdown before starting again.")
+@click.option("--wait/--no-wait", default=True, show_default=True, help="Wait until the broker is RUNNING again.")
+@handle_errors
+def restart(data_dir: str | None, broker: int, hard: bool, wait: bool) -> None:
+    """Restart a broker with the same config (also starts a killed one)."""
+    c = LocalCluster.load(_dir(data_dir))
+    c.restart(broker, hard=hard)
+    if wait:
+        run_async(c.wait_running(60, [broker]))
+    click.echo(f"restart: broker {broker} {'RUNNING' if wait else 'started'}")

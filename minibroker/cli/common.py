@@ -1,0 +1,77 @@
+"""What every CLI command shares: where the cluster is, running a coroutine,
+and turning errors into Kafka-named messages and exit codes."""
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import sys
+from typing import Any, Awaitable, Callable, TypeVar
+
+import click
+
+from minibroker.config import ConfigError
+from minibroker.errors import KafkaError
+from minibroker.testing.cluster import ClusterError, default_data_dir, state_path
+
+T = TypeVar("T")
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+def resolve_bootstrap(explicit: str | None) -> str:
+    """--bootstrap-server, else $MINIBROKER_BOOTSTRAP, else the local cluster's state file, else 127.0.0.1:9092."""
+    if explicit:
+        return explicit
+    env = os.environ.get("MINIBROKER_BOOTSTRAP")
+    if env:
+        return env
+    try:
+        with open(state_path(default_data_dir()), encoding="utf-8") as f:
+            return json.load(f)["bootstrap"]
+    except (OSError, ValueError, KeyError):
+        return DEFAULT_BOOTSTRAP
+
+
+def bootstrap_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--bootstrap-server", "bootstrap_server", metavar="HOST:PORT[,HOST:PORT]",
+                        help="Broker(s) to bootstrap from [default: $MINIBROKER_BOOTSTRAP, else the local "
+                             "cluster's state file, else 127.0.0.1:9092].")(fn)
+
+
+def run_async(coro: Awaitable[T]) -> T:
+    try:
+        import uvloop
+        return uvloop.run(coro)  # type: ignore[arg-type]
+    except ImportError:  # pragma: no cover
+        return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+def fail(message: str, code: int = 1) -> None:
+    click.echo(message, err=True)
+    sys.exit(code)
+
+
+def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """KafkaError / ConfigError / ClusterError become a one-line message and exit status 1."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except KafkaError as exc:
+            fail(f"Error: {exc}")
+        except (ConfigError, ClusterError) as exc:
+            fail(f"Error: {exc}")
+        except KeyboardInterrupt:
+            sys.exit(130)
+    return wrapper
+
+
+def parse_kv(pairs: tuple[str, ...], what: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for p in pairs:
+        if "=" not in p:
+            raise click.BadParameter(f"{p!r}: expected key=value", param_hint=what)
+        k, v = p.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out

@@ -1,0 +1,125 @@
+"""`minibroker consume` (kafka-console-consumer, with explicit partitions and follower reads)."""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import click
+
+from minibroker.cli.common import bootstrap_option, fail, handle_errors, parse_kv, resolve_bootstrap, run_async
+from minibroker.client.consumer import Consumer
+from minibroker.client.types import ConsumerRecord, TopicPartition
+
+_PRINT_PROPS = ("print.timestamp", "print.partition", "print.offset", "print.headers", "print.key", "print.value")
+
+
+def format_record(rec: ConsumerRecord, props: dict[str, str]) -> bytes:
+    """Kafka's DefaultMessageFormatter: timestamp, partition, offset, headers, key, value, tab-separated."""
+    on = {k: props.get(k, "true" if k == "print.value" else "false").lower() == "true" for k in _PRINT_PROPS}
+    sep = props.get("key.separator", "\t").encode()
+    parts: list[bytes] = []
+    if on["print.timestamp"]:
+        parts.append(b"CreateTime:%d" % rec.timestamp)
+    if on["print.partition"]:
+        parts.append(b"Partition:%d" % rec.partition)
+    if on["print.offset"]:
+        parts.append(b"Offset:%d" % rec.offset)
+    if on["print.headers"]:
+        parts.append(b",".join(k.encode() + b":" + (v if v is not None else b"null") for k, v in rec.headers)
+                     or b"NO_HEADERS")
+    if on["print.key"]:
+        parts.append(b"null" if rec.key is None else rec.key)
+    if on["print.value"]:
+        parts.append(b"null" if rec.value is None else rec.value)
+    return sep.join(parts) + b"\n"
+
+
+@click.command()
+@bootstrap_option
+@click.option("--topic", required=True)
+@click.option("--partition", type=int, help="Only this partition [default: all].")
+@click.option("--from-beginning", is_flag=True, help="Start at the log start offset (else at the high watermark).")
+@click.option("--offset", help="Start offset: a number (needs --partition), earliest or latest.")
+@click.option("--follow", is_flag=True, help="Keep waiting for new records (until Ctrl-C or --max-messages).")
+@click.option("--client-rack", default="", help="client.rack: lets the leader name a same-rack replica to read from.")
+@click.option("--timeout-ms", type=int, help="Exit when no record arrived for this long.")
+@click.option("--max-messages", type=int, help="Exit after this many records.")
+@click.option("--property", "props", multiple=True, metavar="KEY=VALUE",
+              help="Formatter property: print.key, print.offset, print.partition, print.timestamp, "
+                   "print.headers, print.value, key.separator.")
+@click.option("--consumer-property", "cprops", multiple=True, metavar="KEY=VALUE", help="Consumer config by Kafka name.")
+@click.option("--verbose", "-v", is_flag=True, help="Report which replica serves each partition, and resets, on stderr.")
+@handle_errors
+def consume(bootstrap_server: str | None, topic: str, partition: int | None, from_beginning: bool,
+            offset: str | None, follow: bool, client_rack: str, timeout_ms: int | None, max_messages: int | None,
+            props: tuple[str, ...], cprops: tuple[str, ...], verbose: bool) -> None:
+    """Print records of TOPIC, one per line.
+
+    Without --follow or --timeout-ms it stops once it has read up to the high
+    watermark of every partition. Only records below the high watermark of
+    the replica that served them are ever printed."""
+    start: str | int = "earliest" if from_beginning else "latest"
+    if offset is not None:
+        if from_beginning:
+            fail("Options --from-beginning and --offset cannot be used together")
+        if offset.lower() in ("earliest", "latest"):
+            start = offset.lower()
+        else:
+            try:
+                start = int(offset)
+            except ValueError:
+                fail(f"--offset: expected a number, earliest or latest, got {offset!r}")
+            if partition is None:
+                fail("The partition is required when offset is specified.")
+    cfg: dict[str, Any] = {"client.rack": client_rack, "auto.offset.reset": "earliest" if start == "earliest" else "latest"}
+    cfg.update(parse_kv(cprops, "--consumer-property"))
+    fmt = parse_kv(props, "--property")
+    n = run_async(_consume(resolve_bootstrap(bootstrap_server), cfg, topic, partition, start, follow, timeout_ms,
+                           max_messages, fmt, verbose))
+    click.echo(f"Processed a total of {n} messages", err=True)
+
+
+async def _consume(bootstrap: str, cfg: dict[str, Any], topic: str, partition: int | None, start: str | int,
+                   follow: bool, timeout_ms: int | None, max_messages: int | None, fmt: dict[str, str],
+                   verbose: bool) -> int:
+    out = sys.stdout.buffer
+    count = 0
+    async with Consumer(bootstrap, cfg) as consumer:
+        if verbose:
+            consumer.on_note = lambda note: click.echo(note, err=True)
+        tps = await consumer.assign_topic(topic, None if partition is None else [partition], timeout_ms=10_000)
+        if isinstance(start, int):
+            consumer.seek(TopicPartition(topic, partition), start)  # type: ignore[arg-type]
+        elif start == "earliest":
+            consumer.seek_to_beginning(*tps)
+        else:
+            consumer.seek_to_end(*tps)
+        served: dict[TopicPartition, int | None] = {}
+        last_record = time.monotonic()
+        try:
+            while max_messages is None or count < max_messages:
+                records = await consumer.poll(timeout_ms=200)
+                for rec in records:
+                    out.write(format_record(rec, fmt))
+                    count += 1
+                    if max_messages is not None and count >= max_messages:
+                        break
+                if records:
+                    out.flush()
+                    last_record = time.monotonic()
+                if verbose:
+                    for tp in tps:
+                        src = consumer.fetched_from(tp)
+                        if src is not None and served.get(tp) != src:
+                            served[tp] = src
+                            kind = "preferred read replica" if consumer.preferred_replica(tp) == src else "leader"
+                            click.echo(f"{tp}: fetching from broker {src} ({kind})", err=True)
+                if timeout_ms is not None and (time.monotonic() - last_record) * 1000 >= timeout_ms:
+                    break
+                if not follow and timeout_ms is None and not records and consumer.caught_up():
+                    break
+        except KeyboardInterrupt:
+            pass
+        out.flush()
+    return count

@@ -1,0 +1,81 @@
+"""Text formats of the CLI, as Kafka's tools print them where they exist.
+
+Pure functions from client-library values to lines; the commands print them.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+from minibroker.client.describe import PartitionDescription, TopicDescription
+from minibroker.client.types import TopicPartition
+from minibroker.errors import KafkaError
+
+
+def ids(xs: Iterable[int] | None) -> str:
+    return "N/A" if xs is None else ",".join(str(x) for x in xs)
+
+
+def topic_line(td: TopicDescription) -> str:
+    """TopicCommand.TopicDescription.printDescription; Configs lists non-default (topic-level) configs."""
+    out = f"Topic: {td.name}"
+    if td.topic_id:
+        out += f"\tTopicId: {td.topic_id}"
+    configs = ",".join(f"{k}={v}" for k, v in sorted(td.configs.items()))
+    return out + f"\tPartitionCount: {len(td.partitions)}\tReplicationFactor: {td.replication_factor}\tConfigs: {configs}"
+
+
+def partition_line(pd: PartitionDescription, *, leader_epoch: bool = False) -> str:
+    """TopicCommand.PartitionDescription.printDescription (with --leader-epoch, LeaderEpoch after Leader)."""
+    out = f"\tTopic: {pd.topic}\tPartition: {pd.partition}\tLeader: {'none' if pd.leader is None else pd.leader}"
+    if leader_epoch:
+        out += f"\tLeaderEpoch: {pd.leader_epoch}"
+    out += f"\tReplicas: {ids(pd.replicas)}\tIsr: {ids(pd.isr)}"
+    out += f"\tElr: {ids(pd.elr)}\tLastKnownElr: {ids(pd.last_known_elr)}"
+    return out
+
+
+def describe_lines(topics: Iterable[TopicDescription], *, under_replicated: bool = False,
+                   under_min_isr: bool = False, at_min_isr: bool = False, unavailable: bool = False,
+                   leader_epoch: bool = False) -> list[str]:
+    """kafka-topics --describe: a topic line, then its partitions; with a filter only
+    the matching partitions and no topic lines (TopicCommand.DescribeOptions)."""
+    filtered = under_replicated or under_min_isr or at_min_isr or unavailable
+    lines: list[str] = []
+    for td in topics:
+        if not filtered:
+            lines.append(topic_line(td))
+        for pd in td.partitions:
+            if (not filtered or (under_replicated and pd.under_replicated)
+                    or (unavailable and pd.unavailable)
+                    or (under_min_isr and pd.under_min_isr(td.min_isr))
+                    or (at_min_isr and pd.at_min_isr(td.min_isr))):
+                lines.append(partition_line(pd, leader_epoch=leader_epoch))
+    return lines
+
+
+def offsets_lines(topic: str, offsets: Mapping[int, int]) -> list[str]:
+    """kafka-get-offsets: topic:partition:offset."""
+    return [f"{topic}:{p}:{o}" for p, o in sorted(offsets.items())]
+
+
+def election_lines(election_type: str, results: Mapping[TopicPartition, KafkaError | None]) -> tuple[list[str], int]:
+    """LeaderElectionCommand's report; returns (lines, number of failed partitions)."""
+    kind = election_type.upper()
+    ok = sorted((tp for tp, e in results.items() if e is None))
+    noop = sorted((tp for tp, e in results.items() if e is not None and e.name == "ELECTION_NOT_NEEDED"))
+    failed = sorted((tp, e) for tp, e in results.items() if e is not None and e.name != "ELECTION_NOT_NEEDED")
+    lines = []
+    if ok:
+        lines.append(f"Successfully completed leader election ({kind}) for partitions {', '.join(map(str, ok))}")
+    if noop:
+        lines.append(f"Valid replica already elected for partitions {', '.join(map(str, noop))}")
+    for tp, e in failed:
+        lines.append(f"Error completing leader election ({kind}) for partition: {tp}: {e}")
+    return lines, len(failed)
+
+
+def produce_error_line(topic: str, key: bytes | None, value: bytes | None, err: BaseException) -> str:
+    """As Kafka's ErrorLoggingCallback, with the error's code name."""
+    k = "null" if key is None else f"{len(key)} bytes"
+    v = "null" if value is None else f"{len(value)} bytes"
+    return f"ERROR Error when sending message to topic {topic} with key: {k}, value: {v} with error: {err}"

@@ -1,0 +1,1 @@
+"""A local cluster of real processes (used by `minibroker cluster` and by tests)."""

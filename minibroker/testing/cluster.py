@@ -1,0 +1,551 @@
+"""A local cluster of real processes: one controller, N brokers, a fault proxy.
+
+Owns: the data directory layout (one sub-directory per process with its
+properties file and log), starting processes detached (own session, so
+`minibroker cluster up` can return), the state file `cluster.json` that
+later commands read (layout, pids, cut paths), and faults: kill (SIGKILL),
+pause (SIGSTOP), resume (SIGCONT), restart (same config), isolate/heal
+(through the fault proxy, see layout.py and proxy.py).
+
+Used by `minibroker cluster ...` (the CLI), `minibroker bench`, and every
+integration test (`LocalCluster.create(tmp_path, free_ports=True)` picks
+random 127.x.y.z addresses and free ports, so tests can run next to a
+user's cluster).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Mapping
+
+from minibroker.client.admin import Admin
+from minibroker.errors import KafkaError
+from minibroker.testing.layout import CONTROLLER_ID, ClusterLayout, plan, properties_text
+
+STATE_FILE = "cluster.json"
+DEFAULT_HOME_ENV = "MINIBROKER_HOME"
+DEFAULT_DIR = ".minibroker"
+
+# Settings that make a test cluster react in seconds rather than Kafka's tens of seconds.
+FAST_SETTINGS: dict[str, str] = {
+    "broker.heartbeat.interval.ms": "200",
+    "broker.session.timeout.ms": "2000",
+    "replica.lag.time.max.ms": "2000",
+    "replica.fetch.wait.max.ms": "200",
+    "replica.fetch.backoff.ms": "200",
+    "replica.socket.timeout.ms": "3000",
+    "replica.high.watermark.checkpoint.interval.ms": "500",
+    "minibroker.controlled.shutdown.timeout.ms": "5000",
+}
+
+
+class ClusterError(Exception):
+    """A local-cluster operation that cannot be done; the message says why and what to do."""
+
+
+def default_data_dir() -> str:
+    return os.environ.get(DEFAULT_HOME_ENV) or os.path.abspath(DEFAULT_DIR)
+
+
+def state_path(data_dir: str) -> str:
+    return os.path.join(data_dir, STATE_FILE)
+
+
+def proc_state(pid: int) -> str | None:
+    """The kernel's state letter for `pid` (R, S, T, Z, ...), None if no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        return data[data.rindex(b")") + 2:][:1].decode()
+    except (OSError, ValueError):
+        try:
+            os.kill(pid, 0)
+            return "?"
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            return "?"
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    st = proc_state(pid)
+    return st is not None and st not in ("Z", "X")
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class ProcessInfo:
+    name: str
+    pid: int | None
+    alive: bool
+    paused: bool
+
+
+class LocalCluster:
+    """Invariant: the state file holds the layout and the pid of every process
+    this object (or an earlier command) started; `pids[name]` is None for a
+    process that was stopped or killed through this API."""
+
+    def __init__(self, layout: ClusterLayout, pids: dict[str, int | None] | None = None,
+                 blocked: list[list[int]] | None = None) -> None:
+        self.layout = layout
+        self.pids: dict[str, int | None] = dict(pids or {})
+        self.blocked: list[list[int]] = list(blocked or [])
+        self._popens: dict[int, subprocess.Popen] = {}
+
+    # -- creation and the state file --------------------------------------------------
+
+    @classmethod
+    def create(cls, data_dir: str, *, brokers: int = 3, free_ports: bool = False, proxied: bool = True,
+               overrides: Mapping[str, str] | None = None, controller_overrides: Mapping[str, str] | None = None,
+               fast: bool = False) -> "LocalCluster":
+        """Lay out a new cluster in `data_dir` (not started). `free_ports` picks a random
+        127.x.y.0/24 and free ports (tests); otherwise the well-known layout: brokers on
+        127.0.0.1..N:9092, controller on 127.0.0.1:9093."""
+        data_dir = os.path.abspath(data_dir)
+        if os.path.exists(state_path(data_dir)):
+            raise ClusterError(f"{data_dir} already holds a cluster ({STATE_FILE}); "
+                               f"use `minibroker cluster up` to restart it or remove the directory")
+        settings = dict(FAST_SETTINGS) if fast else {}
+        settings.update(overrides or {})
+        if free_ports:
+            prefix = f"127.{random.randint(1, 254)}.{random.randint(1, 254)}"
+            hosts = [f"{prefix}.{i}" for i in range(1, 10)]
+            controller_host = f"{prefix}.10"
+            port_for: Callable[[str, int], int] = lambda h, _d: _free_port(h)
+        else:
+            hosts = [f"127.0.0.{i}" for i in range(1, 10)]
+            controller_host = "127.0.0.1"
+            port_for = lambda _h, d: d
+        layout = plan(data_dir, brokers=brokers, hosts=hosts, controller_host=controller_host,
+                      port_for=port_for, proxied=proxied, secret=secrets.token_hex(16),
+                      broker_overrides=settings, controller_overrides=dict(controller_overrides or {}))
+        if not free_ports:
+            cls._check_ports_free(layout)
+        os.makedirs(data_dir, exist_ok=True)
+        cluster = cls(layout)
+        cluster._write_configs()
+        cluster.save()
+        return cluster
+
+    @staticmethod
+    def _check_ports_free(layout: ClusterLayout) -> None:
+        addrs = [layout.controller] + [(b.host, b.port) for b in layout.brokers] + \
+                [a for b in layout.brokers for a in b.internal.values()] + [r.listen for r in layout.routes]
+        if layout.proxy_control:
+            addrs.append(layout.proxy_control)
+        for host, port in addrs:
+            with socket.socket() as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as the servers bind
+                try:
+                    s.bind((host, port))
+                except OSError as exc:
+                    raise ClusterError(f"{host}:{port} is in use ({exc.strerror}); is another cluster running? "
+                                       f"(`minibroker cluster status`, or use another --data-dir)") from None
+
+    @classmethod
+    def load(cls, data_dir: str) -> "LocalCluster":
+        path = state_path(os.path.abspath(data_dir))
+        try:
+            with open(path, encoding="utf-8") as f:
+                d = json.load(f)
+        except FileNotFoundError:
+            raise ClusterError(f"no local cluster in {os.path.abspath(data_dir)} (no {STATE_FILE}); "
+                               f"start one with `minibroker cluster up`") from None
+        except (OSError, ValueError) as exc:
+            raise ClusterError(f"cannot read {path}: {exc}") from None
+        return cls(ClusterLayout.from_dict(d["layout"]), d.get("pids"), d.get("blocked"))
+
+    def save(self) -> None:
+        path = state_path(self.layout.data_dir)
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({"version": 1, "layout": self.layout.to_dict(), "pids": self.pids,
+                       "blocked": self.blocked, "bootstrap": self.layout.bootstrap}, f, indent=1)
+        os.replace(tmp, path)
+
+    def _write_configs(self) -> None:
+        d = self.layout.node_dir("controller")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "controller.properties"), "w", encoding="utf-8") as f:
+            f.write(properties_text(self.layout.controller_config(), "minibroker controller (written by cluster up)"))
+        for b in self.layout.brokers:
+            d = self.layout.node_dir(b.name)
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, "broker.properties"), "w", encoding="utf-8") as f:
+                f.write(properties_text(self.layout.broker_config(b.node_id),
+                                        f"minibroker broker {b.node_id} (written by cluster up)"))
+        if self.layout.proxied:
+            os.makedirs(self.layout.node_dir("proxy"), exist_ok=True)
+
+    # -- processes ----------------------------------------------------------------------
+
+    @property
+    def data_dir(self) -> str:
+        return self.layout.data_dir
+
+    @property
+    def bootstrap(self) -> str:
+        return self.layout.bootstrap
+
+    @property
+    def broker_ids(self) -> list[int]:
+        return [b.node_id for b in self.layout.brokers]
+
+    def process_names(self) -> list[str]:
+        names = ["proxy"] if self.layout.proxied else []
+        return names + ["controller"] + [b.name for b in self.layout.brokers]
+
+    def _command(self, name: str) -> list[str]:
+        if name == "proxy":
+            return [sys.executable, "-m", "minibroker.testing.proxy", state_path(self.data_dir)]
+        if name == "controller":
+            return [sys.executable, "-m", "minibroker.cli", "controller", "--config",
+                    os.path.join(self.layout.node_dir("controller"), "controller.properties")]
+        return [sys.executable, "-m", "minibroker.cli", "broker", "--config",
+                os.path.join(self.layout.node_dir(name), "broker.properties")]
+
+    def log_path(self, name: str) -> str:
+        return os.path.join(self.layout.node_dir(name), f"{name.split('-')[0]}.log")
+
+    def _spawn(self, name: str) -> int:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MINIBROKER_")}
+        env["PYTHONUNBUFFERED"] = "1"
+        os.makedirs(self.layout.node_dir(name), exist_ok=True)
+        with open(self.log_path(name), "ab") as logf:
+            logf.write(f"---- {time.strftime('%Y-%m-%d %H:%M:%S')} starting {name}\n".encode())
+            logf.flush()
+            p = subprocess.Popen(self._command(name), stdout=logf, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, cwd=self.layout.node_dir(name), env=env,
+                                 start_new_session=True)
+        self._popens[p.pid] = p
+        self.pids[name] = p.pid
+        self.save()
+        return p.pid
+
+    def _alive(self, name: str) -> bool:
+        pid = self.pids.get(name)
+        if not pid:
+            return False
+        p = self._popens.get(pid)
+        if p is not None:
+            return p.poll() is None
+        return pid_alive(pid) and self._owns(pid, name)
+
+    def _owns(self, pid: int, name: str) -> bool:
+        """The pid still runs our command (not a reused pid)."""
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            return True
+        key = self._command(name)[-1].encode()
+        return key in args
+
+    def info(self) -> list[ProcessInfo]:
+        out = []
+        for name in self.process_names():
+            pid = self.pids.get(name)
+            alive = self._alive(name)
+            out.append(ProcessInfo(name, pid, alive, alive and proc_state(pid) == "T"))  # type: ignore[arg-type]
+        return out
+
+    def start(self) -> None:
+        """Start every process that is not running (proxy, controller, then brokers)."""
+        for name in self.process_names():
+            if not self._alive(name):
+                self._spawn(name)
+                if name == "proxy":
+                    self._wait_listening(name, self.layout.proxy_control)  # type: ignore[arg-type]
+                elif name == "controller":
+                    self._wait_listening(name, self.layout.controller)
+        if self.layout.proxied and self.blocked:
+            for src, dst in self.blocked:
+                self._proxy({"op": "block", "src": src, "dst": dst})
+
+    def _wait_listening(self, name: str, addr: tuple[str, int], timeout_s: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                with socket.create_connection(addr, timeout=1):
+                    return
+            except OSError:
+                if not self._alive(name):
+                    raise ClusterError(f"{name} exited; last lines of {self.log_path(name)}:\n"
+                                       + self.log_tail(name))
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"{name} did not listen on {addr[0]}:{addr[1]} within {timeout_s}s")
+                time.sleep(0.02)
+
+    async def wait_running(self, timeout_s: float = 60.0, brokers: list[int] | None = None) -> None:
+        """Until every (given) broker reports RUNNING through ApiVersions."""
+        ids = brokers or self.broker_ids
+        deadline = time.monotonic() + timeout_s
+        pending = set(ids)
+        last: dict[int, str] = {}
+        async with Admin(self.bootstrap, {"request.timeout.ms": "2000", "reconnect.backoff.max.ms": "200"}) as admin:
+            while pending:
+                for b in sorted(pending):
+                    name = f"broker-{b}"
+                    if not self._alive(name):
+                        raise ClusterError(f"{name} exited during startup; last lines of {self.log_path(name)}:\n"
+                                           + self.log_tail(name))
+                    spec = self.layout.broker(b)
+                    try:
+                        resp = await admin.api_versions((spec.host, spec.port))
+                        last[b] = resp.get("state", "?")
+                        if last[b] == "RUNNING":
+                            pending.discard(b)
+                    except KafkaError as exc:
+                        last[b] = str(exc)
+                if not self._alive("controller"):
+                    raise ClusterError(f"the controller exited; last lines of {self.log_path('controller')}:\n"
+                                       + self.log_tail("controller"))
+                if pending:
+                    if time.monotonic() > deadline:
+                        raise ClusterError("brokers not RUNNING after {:.0f}s: {}".format(
+                            timeout_s, ", ".join(f"broker {b}: {last.get(b, '?')}" for b in sorted(pending))))
+                    await asyncio.sleep(0.1)
+
+    async def up(self, timeout_s: float = 60.0) -> None:
+        self.start()
+        await self.wait_running(timeout_s)
+
+    def _signal(self, name: str, sig: int) -> bool:
+        pid = self.pids.get(name)
+        if not pid or not self._alive(name):
+            return False
+        try:
+            os.kill(pid, sig)
+            return True
+        except ProcessLookupError:
+            return False
+
+    def _wait_exit(self, name: str, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while self._alive(name):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        self._reap(name)
+        return True
+
+    def _reap(self, name: str) -> None:
+        pid = self.pids.get(name)
+        p = self._popens.pop(pid, None) if pid else None
+        if p is not None:
+            try:
+                p.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def stop_process(self, name: str, timeout_s: float = 30.0) -> None:
+        """SIGTERM (a broker runs its controlled shutdown), SIGKILL after `timeout_s`."""
+        if self._alive(name):
+            self._signal(name, signal.SIGCONT)
+            self._signal(name, signal.SIGTERM)
+            if not self._wait_exit(name, timeout_s):
+                self._signal(name, signal.SIGKILL)
+                self._wait_exit(name, 5)
+        self.pids[name] = None
+        self.save()
+
+    def down(self, timeout_s: float = 30.0) -> None:
+        """Stop brokers (in parallel), then the controller, then the proxy."""
+        brokers = [b.name for b in self.layout.brokers if self._alive(b.name)]
+        for name in brokers:
+            self._signal(name, signal.SIGCONT)
+            self._signal(name, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for name in brokers:
+            if not self._wait_exit(name, max(0.0, deadline - time.monotonic())):
+                self._signal(name, signal.SIGKILL)
+                self._wait_exit(name, 5)
+        for name in self.process_names():
+            if name.startswith("broker-"):
+                self.pids[name] = None
+        for name in ("controller", "proxy"):
+            if name in self.process_names():
+                self.stop_process(name, 10)
+        self.save()
+
+    def destroy(self, remove_data: bool = False) -> None:
+        """Kill everything at once (tests); the data directory stays unless `remove_data`."""
+        for name in self.process_names():
+            self._signal(name, signal.SIGCONT)
+            self._signal(name, signal.SIGKILL)
+        for name in self.process_names():
+            self._wait_exit(name, 5)
+            self.pids[name] = None
+        self.save()
+        if remove_data:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    # -- faults -------------------------------------------------------------------------
+
+    def _broker_name(self, broker: int) -> str:
+        return self.layout.broker(broker).name
+
+    def kill(self, broker: int) -> None:
+        """SIGKILL: no controlled shutdown, no clean-shutdown marker (KIP-966 unclean)."""
+        name = self._broker_name(broker)
+        if not self._signal(name, signal.SIGKILL):
+            raise ClusterError(f"{name} is not running")
+        self._wait_exit(name, 10)
+        self.pids[name] = None
+        self.save()
+
+    def pause(self, broker: int) -> None:
+        """SIGSTOP: the process freezes; its sockets stay open, peers see silence."""
+        name = self._broker_name(broker)
+        if not self._signal(name, signal.SIGSTOP):
+            raise ClusterError(f"{name} is not running")
+
+    def resume(self, broker: int) -> None:
+        name = self._broker_name(broker)
+        if not self._signal(name, signal.SIGCONT):
+            raise ClusterError(f"{name} is not running")
+
+    def start_broker(self, broker: int) -> None:
+        name = self._broker_name(broker)
+        if self._alive(name):
+            raise ClusterError(f"{name} is already running (pid {self.pids.get(name)})")
+        self._spawn(name)
+
+    def restart(self, broker: int, *, hard: bool = False, timeout_s: float = 30.0) -> None:
+        """Stop (SIGTERM, or SIGKILL with `hard`) if running, then start with the same config."""
+        name = self._broker_name(broker)
+        if self._alive(name):
+            if hard:
+                self.kill(broker)
+            else:
+                self.stop_process(name, timeout_s)
+        self._spawn(name)
+
+    def restart_controller(self, *, hard: bool = False) -> None:
+        if self._alive("controller"):
+            if hard:
+                self._signal("controller", signal.SIGKILL)
+                self._wait_exit("controller", 10)
+            else:
+                self.stop_process("controller", 10)
+        self._spawn("controller")
+
+    def _proxy(self, req: dict[str, Any]) -> dict[str, Any]:
+        if not self.layout.proxied or self.layout.proxy_control is None:
+            raise ClusterError("this cluster runs without the fault proxy (created with proxies off); "
+                               "isolate/heal need it")
+        if not self._alive("proxy"):
+            raise ClusterError(f"the fault proxy is not running; see {self.log_path('proxy')}")
+        with socket.create_connection(self.layout.proxy_control, timeout=5) as s:
+            s.sendall(json.dumps(req).encode() + b"\n")
+            buf = b""
+            while not buf.endswith(b"\n"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                buf += chunk
+        resp = json.loads(buf or b"{}")
+        if not resp.get("ok"):
+            raise ClusterError(f"fault proxy: {resp.get('error', 'no answer')}")
+        self.blocked = resp.get("blocked", [])
+        self.save()
+        return resp
+
+    def isolate(self, node: int) -> None:
+        """Cut every inter-broker and controller path from and to `node` (0 = the controller)."""
+        if node != CONTROLLER_ID:
+            self.layout.broker(node)
+        self._proxy({"op": "isolate", "node": node})
+
+    def heal(self, node: int | None = None) -> None:
+        """Restore the paths of `node`, or every cut path when None."""
+        if node is None:
+            for src, dst in list(self.blocked):
+                self._proxy({"op": "unblock", "src": src, "dst": dst})
+        else:
+            self._proxy({"op": "heal", "node": node})
+
+    def block(self, src: int, dst: int) -> None:
+        """Cut one path: connections from node `src` to node `dst` (0 = controller)."""
+        self._proxy({"op": "block", "src": src, "dst": dst})
+
+    def unblock(self, src: int, dst: int) -> None:
+        self._proxy({"op": "unblock", "src": src, "dst": dst})
+
+    # -- helpers for tests and the CLI -------------------------------------------------------
+
+    def log_tail(self, name: str, lines: int = 20) -> str:
+        try:
+            with open(self.log_path(name), "rb") as f:
+                data = f.read()[-20000:]
+        except OSError:
+            return "(no log)"
+        return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
+
+    def broker_address(self, broker: int) -> str:
+        return self.layout.broker(broker).address
+
+    @property
+    def controller_address(self) -> str:
+        return f"{self.layout.controller[0]}:{self.layout.controller[1]}"
+
+    def admin(self, **config: Any) -> Admin:
+        return Admin(self.bootstrap, config)
+
+    def producer(self, config: Mapping[str, Any] | None = None, **kw: Any) -> Any:
+        from minibroker.client.producer import Producer
+        return Producer(self.bootstrap, config, **kw)
+
+    def consumer(self, config: Mapping[str, Any] | None = None, **kw: Any) -> Any:
+        from minibroker.client.consumer import Consumer
+        return Consumer(self.bootstrap, config, **kw)
+
+    async def __aenter__(self) -> "LocalCluster":
+        try:
+            await self.up()
+        except BaseException:
+            self.destroy()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self.destroy()
+
+
+async def wait_for(condition: Callable[[], Any] | Callable[[], Awaitable[Any]], *, timeout_s: float = 30.0,
+                   interval_s: float = 0.05, what: str = "condition") -> Any:
+    """Poll `condition` (sync or async) until it returns a truthy value; return it.
+    Exceptions from the condition count as "not yet" (the last one is reported)."""
+    deadline = time.monotonic() + timeout_s
+    last_exc: BaseException | None = None
+    while True:
+        try:
+            r = condition()
+            if asyncio.iscoroutine(r) or isinstance(r, asyncio.Future):
+                r = await r
+            if r:
+                return r
+        except (KafkaError, OSError, AssertionError, KeyError) as exc:
+            last_exc = exc
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not reached in {timeout_s}s"
+                               + (f" (last error: {last_exc!r})" if last_exc else ""))
+        await asyncio.sleep(interval_s)

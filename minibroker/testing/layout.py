@@ -1,0 +1,201 @@
+"""Where every process of a local cluster listens, and the configs that say so.
+
+Pure: addresses, ports, listener names and property maps; no processes,
+no sockets (free ports are chosen by the caller and passed in).
+
+Fault injection by proxies (so `isolate` needs no root and no namespaces):
+every path between processes that is not a client path goes through the
+fault proxy, one listening address per (source, destination) pair:
+
+  broker i -> controller   controller.quorum.bootstrap.servers of broker i
+                           points at route "b{i}->ctl"
+  broker i -> broker j     broker j has one internal listener per peer,
+                           INTERNAL_B{i}, advertised at route "b{i}->b{j}";
+                           broker i's inter.broker.listener.name is INTERNAL_B{i},
+                           so it dials every peer through its own routes
+
+Clients use each broker's EXTERNAL listener directly: an isolated broker is
+still reachable by clients, as a broker cut off from its cluster is in a
+real network partition (the interesting case: an isolated leader that
+still takes writes). With `proxied=False` brokers share one INTERNAL
+listener and dial each other and the controller directly.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+CONTROLLER_ID = 0
+RACKS = ("zone-a", "zone-b", "zone-c", "zone-d", "zone-e", "zone-f")
+Addr = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Route:
+    """One proxied path: connections to `listen` are forwarded to `target`
+    unless the (src, dst) pair is blocked. Node 0 is the controller."""
+    name: str
+    src: int
+    dst: int
+    listen: Addr
+    target: Addr
+
+
+@dataclass(frozen=True)
+class BrokerSpec:
+    node_id: int
+    host: str
+    port: int                                   # EXTERNAL (clients)
+    rack: str
+    internal: dict[str, Addr] = field(default_factory=dict)    # listener name -> bind address
+
+    @property
+    def name(self) -> str:
+        return f"broker-{self.node_id}"
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class ClusterLayout:
+    data_dir: str
+    controller: Addr
+    brokers: tuple[BrokerSpec, ...]
+    routes: tuple[Route, ...]
+    proxy_control: Addr | None
+    secret: str
+    broker_overrides: dict[str, str] = field(default_factory=dict)
+    controller_overrides: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def proxied(self) -> bool:
+        return self.proxy_control is not None
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.address for b in self.brokers)
+
+    def broker(self, node_id: int) -> BrokerSpec:
+        for b in self.brokers:
+            if b.node_id == node_id:
+                return b
+        raise KeyError(f"no broker {node_id} in this cluster (brokers: "
+                       f"{', '.join(str(b.node_id) for b in self.brokers)})")
+
+    def route(self, src: int, dst: int) -> Route:
+        for r in self.routes:
+            if r.src == src and r.dst == dst:
+                return r
+        raise KeyError(f"no route {src}->{dst}")
+
+    def node_dir(self, name: str) -> str:
+        return f"{self.data_dir}/{name}"
+
+    # -- configs ------------------------------------------------------------------
+
+    def controller_config(self) -> dict[str, str]:
+        props = {
+            "node.id": str(CONTROLLER_ID),
+            "listeners": f"CONTROLLER://{self.controller[0]}:{self.controller[1]}",
+            "metadata.log.dir": f"{self.node_dir('controller')}/metadata",
+            "minibroker.cluster.secret": self.secret,
+        }
+        props.update(self.broker_overrides)       # cluster-wide settings (min ISR, timeouts) matter to both
+        props.update(self.controller_overrides)
+        return props
+
+    def broker_config(self, node_id: int) -> dict[str, str]:
+        b = self.broker(node_id)
+        listeners = [f"EXTERNAL://{b.host}:{b.port}"]
+        advertised = [f"EXTERNAL://{b.host}:{b.port}"]
+        for name, (h, p) in b.internal.items():
+            listeners.append(f"{name}://{h}:{p}")
+            if self.proxied:
+                src = int(name.removeprefix("INTERNAL_B"))
+                if src == node_id:
+                    advertised.append(f"{name}://{h}:{p}")
+                else:
+                    lh, lp = self.route(src, node_id).listen
+                    advertised.append(f"{name}://{lh}:{lp}")
+            else:
+                advertised.append(f"{name}://{h}:{p}")
+        if self.proxied:
+            ch, cp = self.route(node_id, CONTROLLER_ID).listen
+            inter = f"INTERNAL_B{node_id}"
+        else:
+            ch, cp = self.controller
+            inter = "INTERNAL"
+        props = {
+            "node.id": str(node_id),
+            "broker.rack": b.rack,
+            "listeners": ",".join(listeners),
+            "advertised.listeners": ",".join(advertised),
+            "inter.broker.listener.name": inter,
+            "controller.quorum.bootstrap.servers": f"{ch}:{cp}",
+            "log.dirs": f"{self.node_dir(b.name)}/data",
+            "minibroker.cluster.secret": self.secret,
+        }
+        props.update(self.broker_overrides)
+        return props
+
+    # -- state file form ------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ClusterLayout":
+        return cls(
+            data_dir=d["data_dir"], controller=tuple(d["controller"]),  # type: ignore[arg-type]
+            brokers=tuple(BrokerSpec(b["node_id"], b["host"], b["port"], b["rack"],
+                                     {k: tuple(v) for k, v in b["internal"].items()})  # type: ignore[misc]
+                          for b in d["brokers"]),
+            routes=tuple(Route(r["name"], r["src"], r["dst"], tuple(r["listen"]), tuple(r["target"]))  # type: ignore[arg-type]
+                         for r in d["routes"]),
+            proxy_control=tuple(d["proxy_control"]) if d.get("proxy_control") else None,  # type: ignore[arg-type]
+            secret=d["secret"], broker_overrides=dict(d.get("broker_overrides") or {}),
+            controller_overrides=dict(d.get("controller_overrides") or {}))
+
+
+def properties_text(props: dict[str, str], header: str) -> str:
+    lines = [f"# {header}"] + [f"{k}={v}" for k, v in props.items()]
+    return "\n".join(lines) + "\n"
+
+
+PortFor = Any   # Callable[[str, int], int]: (host, default port) -> port to use
+
+
+def plan(data_dir: str, *, brokers: int = 3, hosts: list[str], controller_host: str,
+         port_for: PortFor, proxied: bool = True, secret: str,
+         broker_overrides: dict[str, str] | None = None,
+         controller_overrides: dict[str, str] | None = None) -> ClusterLayout:
+    """Lay out a cluster: broker i on hosts[i-1] (EXTERNAL default port 9092),
+    controller on controller_host:9093; `port_for(host, default)` picks each port
+    (the default itself for the well-known layout, a free one for tests)."""
+    if brokers < 1 or brokers > len(hosts):
+        raise ValueError(f"brokers: expected 1..{len(hosts)}, got {brokers}")
+    ids = list(range(1, brokers + 1))
+    controller = (controller_host, port_for(controller_host, 9093))
+    specs: list[BrokerSpec] = []
+    routes: list[Route] = []
+    for i in ids:
+        host = hosts[i - 1]
+        if proxied:
+            internal = {f"INTERNAL_B{k}": (host, port_for(host, 9100 + k)) for k in ids}
+        else:
+            internal = {"INTERNAL": (host, port_for(host, 9101))}
+        specs.append(BrokerSpec(i, host, port_for(host, 9092), RACKS[(i - 1) % len(RACKS)], internal))
+    proxy_control: Addr | None = None
+    if proxied:
+        for b in specs:
+            routes.append(Route(f"b{b.node_id}->ctl", b.node_id, CONTROLLER_ID,
+                                (b.host, port_for(b.host, 9193)), controller))
+            for k in ids:
+                if k != b.node_id:
+                    routes.append(Route(f"b{k}->b{b.node_id}", k, b.node_id,
+                                        (b.host, port_for(b.host, 9200 + k)), b.internal[f"INTERNAL_B{k}"]))
+        proxy_control = (controller_host, port_for(controller_host, 9199))
+    return ClusterLayout(data_dir, controller, tuple(specs), tuple(routes), proxy_control, secret,
+                         dict(broker_overrides or {}), dict(controller_overrides or {}))

@@ -1,0 +1,298 @@
+"""The fault proxy: forwards every inter-process path of a local cluster and
+cuts chosen ones, so a broker can be isolated without root or namespaces.
+
+Owns: one listening socket per `Route`, the live forwarded connections per
+route, and the set of blocked (src, dst) pairs. A blocked route refuses
+new connections (accepted and reset at once) and its live connections are
+aborted when the block starts, so both sides see the path die, as with a
+partition that outlasts TCP timeouts. `isolate(n)` blocks every route from
+or to node n; `heal(n)` lifts them.
+
+Control: newline-delimited JSON on `proxy_control`
+  {"op": "isolate"|"heal", "node": N}
+  {"op": "block"|"unblock", "src": A, "dst": B}
+  {"op": "status"}
+each answered with {"ok": true, "blocked": [[src, dst], ...], "connections": {route: n}}
+or {"ok": false, "error": "..."}.
+
+Run as a process: `python -m minibroker.testing.proxy STATE_FILE`.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import socket
+import struct
+import sys
+from typing import Any
+
+from minibroker.testing.layout import ClusterLayout, Route
+
+log = logging.getLogger("minibroker.proxy")
+
+HIGH_WATER = 4 * 1024 * 1024
+
+
+def _reset(transport: asyncio.BaseTransport) -> None:
+    """Close with RST (SO_LINGER 0), as a dropped path looks to the peer."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass
+    transport.abort()
+
+
+class _Side(asyncio.Protocol):
+    """One end of a forwarded connection; writes what it reads to its peer."""
+
+    def __init__(self, pipe: "_Pipe") -> None:
+        self.pipe = pipe
+        self.transport: asyncio.Transport | None = None
+        self.peer: "_Side | None" = None
+        self.early: list[bytes] = []     # read before the peer connected (some loops read before resume)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        transport.set_write_buffer_limits(high=HIGH_WATER)  # type: ignore[attr-defined]
+
+    def data_received(self, data: bytes) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.write(data)
+        else:
+            self.early.append(data)
+
+    def pause_writing(self) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.resume_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.pipe.close(abort=exc is not None)
+
+
+class _Pipe:
+    def __init__(self, proxy: "FaultProxy", route: Route) -> None:
+        self.proxy = proxy
+        self.route = route
+        self.inbound = _Side(self)
+        self.outbound = _Side(self)
+        self.inbound.peer, self.outbound.peer = self.outbound, self.inbound
+        self.closed = False
+
+    async def connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.create_connection(lambda: self.outbound, *self.route.target)
+        except OSError as exc:
+            log.info("%s: target %s:%d unreachable: %s", self.route.name, *self.route.target, exc)
+            self.close(abort=True)
+            return
+        if self.closed:
+            if self.outbound.transport is not None:
+                self.outbound.transport.abort()
+            return
+        assert self.inbound.transport is not None and self.outbound.transport is not None
+        for chunk in self.inbound.early:
+            self.outbound.transport.write(chunk)
+        self.inbound.early.clear()
+        self.inbound.transport.resume_reading()
+
+    def close(self, abort: bool = False) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.proxy.pipes[self.route.name].discard(self)
+        for side in (self.inbound, self.outbound):
+            if side.transport is not None and not side.transport.is_closing():
+                if abort:
+                    _reset(side.transport)
+                else:
+                    side.transport.close()
+
+
+class _Acceptor(asyncio.Protocol):
+    def __init__(self, proxy: "FaultProxy", route: Route) -> None:
+        self.proxy = proxy
+        self.route = route
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self.proxy.is_blocked(self.route):
+            log.info("%s: refused (path cut)", self.route.name)
+            _reset(transport)
+            return
+        pipe = _Pipe(self.proxy, self.route)
+        self.proxy.pipes[self.route.name].add(pipe)
+        pipe.inbound.connection_made(transport)
+        transport.pause_reading()  # type: ignore[attr-defined]
+        self.proxy.spawn(pipe.connect())
+        self.pipe = pipe
+
+    def data_received(self, data: bytes) -> None:
+        self.pipe.inbound.data_received(data)
+
+    def pause_writing(self) -> None:
+        self.pipe.inbound.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.pipe.inbound.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        pipe = getattr(self, "pipe", None)
+        if pipe is not None:
+            pipe.close(abort=exc is not None)
+
+
+class FaultProxy:
+    """Invariant: no pipe in `pipes[r]` exists while route r is blocked."""
+
+    def __init__(self, routes: tuple[Route, ...] | list[Route]) -> None:
+        self.routes = {r.name: r for r in routes}
+        self.pipes: dict[str, set[_Pipe]] = {r.name: set() for r in routes}
+        self.blocked: set[tuple[int, int]] = set()
+        self._servers: list[asyncio.base_events.Server] = []
+        self._tasks: set[asyncio.Task] = set()
+
+    def spawn(self, coro: Any) -> None:
+        t = asyncio.ensure_future(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    def is_blocked(self, route: Route) -> bool:
+        return (route.src, route.dst) in self.blocked
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        for r in self.routes.values():
+            srv = await loop.create_server(lambda r=r: _Acceptor(self, r), r.listen[0], r.listen[1],
+                                           reuse_address=True)
+            self._servers.append(srv)
+
+    def block(self, src: int, dst: int) -> None:
+        self.blocked.add((src, dst))
+        for r in self.routes.values():
+            if (r.src, r.dst) == (src, dst):
+                for pipe in list(self.pipes[r.name]):
+                    pipe.close(abort=True)
+                log.info("%s: cut", r.name)
+
+    def unblock(self, src: int, dst: int) -> None:
+        if (src, dst) in self.blocked:
+            self.blocked.discard((src, dst))
+            log.info("b%s->%s: restored", src, dst)
+
+    def _pairs_of(self, node: int) -> list[tuple[int, int]]:
+        return sorted({(r.src, r.dst) for r in self.routes.values() if node in (r.src, r.dst)})
+
+    def isolate(self, node: int) -> None:
+        pairs = self._pairs_of(node)
+        if not pairs:
+            raise ValueError(f"no proxied path touches node {node}")
+        for src, dst in pairs:
+            self.block(src, dst)
+
+    def heal(self, node: int) -> None:
+        for src, dst in self._pairs_of(node):
+            self.unblock(src, dst)
+
+    def status(self) -> dict[str, Any]:
+        return {"ok": True, "blocked": sorted([list(p) for p in self.blocked]),
+                "connections": {name: len(p) for name, p in self.pipes.items()}}
+
+    def handle(self, req: dict[str, Any]) -> dict[str, Any]:
+        op = req.get("op")
+        try:
+            if op == "isolate":
+                self.isolate(int(req["node"]))
+            elif op == "heal":
+                self.heal(int(req["node"]))
+            elif op == "block":
+                self.block(int(req["src"]), int(req["dst"]))
+            elif op == "unblock":
+                self.unblock(int(req["src"]), int(req["dst"]))
+            elif op != "status":
+                return {"ok": False, "error": f"unknown op {op!r}"}
+        except (KeyError, ValueError, TypeError) as exc:
+            return {"ok": False, "error": f"bad request {req!r}: {exc}"}
+        return self.status()
+
+    async def serve_control(self, host: str, port: int) -> None:
+        async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                while line := await reader.readline():
+                    try:
+                        req = json.loads(line)
+                        resp = self.handle(req) if isinstance(req, dict) else {"ok": False, "error": "not an object"}
+                    except json.JSONDecodeError as exc:
+                        resp = {"ok": False, "error": f"not JSON: {exc}"}
+                    writer.write(json.dumps(resp).encode() + b"\n")
+                    await writer.drain()
+            except (ConnectionError, asyncio.IncompleteReadError):
+                pass
+            finally:
+                writer.close()
+        self._servers.append(await asyncio.start_server(on_client, host, port, reuse_address=True))
+
+    async def close(self) -> None:
+        for s in self._servers:
+            s.close()
+        for pipes in self.pipes.values():
+            for p in list(pipes):
+                p.close(abort=True)
+
+
+async def control(addr: tuple[str, int], req: dict[str, Any], timeout_s: float = 5.0) -> dict[str, Any]:
+    """Send one control request to a running proxy and return its answer."""
+    reader, writer = await asyncio.wait_for(asyncio.open_connection(*addr), timeout_s)
+    try:
+        writer.write(json.dumps(req).encode() + b"\n")
+        await writer.drain()
+        line = await asyncio.wait_for(reader.readline(), timeout_s)
+    finally:
+        writer.close()
+    if not line:
+        raise ConnectionError(f"fault proxy at {addr[0]}:{addr[1]} closed the control connection")
+    return json.loads(line)
+
+
+async def _main(state_file: str) -> None:
+    with open(state_file, encoding="utf-8") as f:
+        layout = ClusterLayout.from_dict(json.load(f)["layout"])
+    assert layout.proxy_control is not None
+    proxy = FaultProxy(layout.routes)
+    await proxy.start()
+    await proxy.serve_control(*layout.proxy_control)
+    log.info("fault proxy: %d routes, control on %s:%d", len(layout.routes), *layout.proxy_control)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await proxy.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m minibroker.testing.proxy STATE_FILE", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        import uvloop
+        uvloop.run(_main(args[0]))
+    except ImportError:  # pragma: no cover
+        asyncio.run(_main(args[0]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""The follower fetcher's reactions to a leader's answers (R3-R7), with the
+leader's side scripted: each test states what the leader answers and checks
+what the follower does to its real log. Replication against a real leader
+is in test_replica_manager_tcp.py."""
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any, Callable
+
+import pytest
+
+from minibroker.broker.fetcher import FetcherManager, FetcherSettings
+from minibroker.broker.partition import Partition
+from minibroker.errors import ErrorCode, KafkaError
+from minibroker.events import Event
+from minibroker.metadata import PartitionRecord
+from minibroker.protocol.api import ApiKey
+from minibroker.records import build_batch, stamp
+from minibroker.storage import LogConfig, PartitionLog
+
+KEY = ("t", 0)
+
+
+class ScriptedLeader:
+    """A connection whose answers come from `answer(api, body)`; records requests."""
+
+    def __init__(self, answer: Callable[[int, dict], dict]) -> None:
+        self.answer = answer
+        self.requests: list[tuple[int, dict]] = []
+        self.closed = False
+
+    async def request(self, api: int, body: dict, *, timeout_ms: int = 30_000) -> dict:
+        self.requests.append((int(api), body))
+        await asyncio.sleep(0)
+        resp = self.answer(int(api), body)
+        if isinstance(resp, KafkaError):
+            raise resp
+        return resp
+
+    def fetches(self) -> list[dict]:
+        return [b for a, b in self.requests if a == ApiKey.FETCH]
+
+
+class Peers:
+    def __init__(self, conn: ScriptedLeader) -> None:
+        self.conn = conn
+        self.dropped = 0
+
+    async def get(self, broker_id: int) -> ScriptedLeader:
+        return self.conn
+
+    def drop(self, broker_id: int) -> None:
+        self.dropped += 1
+
+
+class Hooks:
+    def __init__(self) -> None:
+        self.progress: list[tuple[int, int]] = []
+        self.truncated = 0
+
+    def on_follower_progress(self, part: Partition, old_hw: int, appended: int) -> None:
+        self.progress.append((old_hw, appended))
+
+    def on_follower_truncated(self, part: Partition) -> None:
+        self.truncated += 1
+
+    async def flush(self, parts: list[Partition]) -> None:
+        pass
+
+
+def follower(tmp_path, batches: list[tuple[int, int]] = (), events: list[Event] | None = None) -> Partition:
+    sink = events.append if events is not None else (lambda e: None)
+    lg = PartitionLog(os.path.join(tmp_path, "t-0"), LogConfig(), event_sink=sink)
+    for epoch, n in batches:
+        for _ in range(n):
+            lg.append_as_leader(build_batch([b"v"], timestamp_ms=1), epoch)
+    p = Partition("t", 0, node_id=2, log=lg, hw=0, sink=sink)
+    p.make_follower(PartitionRecord("t", 0, (1, 2), (1, 2), 1, 5, 0), 0)
+    return p
+
+
+def answer_partition(**fields: Any) -> dict:
+    e = {"partition": 0, "error": 0, "high_watermark": 0, "last_stable_offset": 0, "log_start_offset": 0,
+         "diverging_epoch": None, "preferred_read_replica": -1, "current_leader": None, "records": b""}
+    e.update(fields)
+    return {"error": 0, "topics": [{"topic": "t", "partitions": [e]}]}
+
+
+def manager(conn: ScriptedLeader, hooks: Hooks, events: list[Event], clock=lambda: 0) -> FetcherManager:
+    return FetcherManager(settings=FetcherSettings(replica_id=2, backoff_ms=60_000), peers=Peers(conn),
+                          broker_epoch=lambda: 33, hooks=hooks, sink=events.append, clock=clock)
+
+
+async def until(cond: Callable[[], Any], timeout: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not cond():
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.005)
+
+
+@pytest.fixture
+def events() -> list[Event]:
+    return []
+
+
+async def test_fetch_request_carries_offset_epochs_and_broker_epoch(tmp_path, events):
+    part = follower(tmp_path, [(3, 2)])
+    conn = ScriptedLeader(lambda api, body: answer_partition(high_watermark=2))
+    fm = manager(conn, Hooks(), events)
+    fm.add(part, 1, 5)
+    await until(lambda: conn.fetches())
+    await fm.shutdown()
+    body = conn.fetches()[0]
+    p = body["topics"][0]["partitions"][0]
+    assert (body["replica_id"], body["broker_epoch"]) == (2, 33)
+    assert (p["fetch_offset"], p["current_leader_epoch"], p["last_fetched_epoch"]) == (2, 5, 3)
+
+
+async def test_follower_appends_verbatim_and_takes_min_of_leader_hw_and_own_leo(tmp_path, events):
+    part = follower(tmp_path)
+    batch = stamp(build_batch([b"a", b"b"]), 0, 5)
+    hooks = Hooks()
+    sent = []
+
+    def answer(api: int, body: dict) -> dict:
+        off = body["topics"][0]["partitions"][0]["fetch_offset"]
+        sent.append(off)
+        return answer_partition(records=batch if off == 0 else b"", high_watermark=10)
+
+    fm = manager(ScriptedLeader(answer), hooks, events)
+    fm.add(part, 1, 5)
+    await until(lambda: len(sent) >= 3)
+    await fm.shutdown()
+    assert part.log.read(0, 1 << 20) == batch
+    assert part.hw == 2 and sent[:2] == [0, 2]        # the next fetch offset is the acknowledgement
+    assert hooks.progress[0] == (0, len(batch))
+
+
+async def test_fenced_at_our_epoch_stops_fetching_until_new_metadata(tmp_path, events):
+    part = follower(tmp_path)
+    conn = ScriptedLeader(lambda api, body: answer_partition(error=int(ErrorCode.FENCED_LEADER_EPOCH)))
+    fm = manager(conn, Hooks(), events)
+    st = fm.add(part, 1, 5)
+    await until(lambda: st.failed)
+    n = len(conn.fetches())
+    await asyncio.sleep(0.05)
+    assert len(conn.fetches()) == n == 1
+    assert [e.after for e in events if e.kind == "fetch_error"] == ["FENCED_LEADER_EPOCH"]
+    st2 = fm.add(part, 1, 6)                          # newer metadata restarts it
+    await until(lambda: len(conn.fetches()) > n)
+    assert conn.fetches()[-1]["topics"][0]["partitions"][0]["current_leader_epoch"] == 6
+    assert st2 is not st
+    await fm.shutdown()
+
+
+async def test_other_partition_errors_back_off(tmp_path, events):
+    now = [0]
+    part = follower(tmp_path)
+    conn = ScriptedLeader(lambda api, body: answer_partition(error=int(ErrorCode.UNKNOWN_LEADER_EPOCH)))
+    fm = manager(conn, Hooks(), events, clock=lambda: now[0])
+    st = fm.add(part, 1, 5)
+    await until(lambda: st.backoff_until_ms == 60_000)
+    await asyncio.sleep(0.02)
+    assert len(conn.fetches()) == 1 and not st.failed
+    await fm.shutdown()
+
+
+async def test_transport_errors_back_off_every_partition_and_are_reported_once(tmp_path, events):
+    part = follower(tmp_path)
+    conn = ScriptedLeader(lambda api, body: KafkaError(ErrorCode.REQUEST_TIMED_OUT, "slow"))
+    fm = manager(conn, Hooks(), events)
+    st = fm.add(part, 1, 5)
+    await until(lambda: st.backoff_until_ms > 0)
+    await fm.shutdown()
+    assert len([e for e in events if e.kind == "fetch_error"]) == 1
+    assert fm.peers.dropped == 1
+
+
+async def test_out_of_range_truncates_to_a_leader_leo_below_ours(tmp_path, events):
+    part = follower(tmp_path, [(5, 6)])
+
+    def answer(api: int, body: dict) -> dict:
+        if api == ApiKey.LIST_OFFSETS:
+            assert body["replica_id"] == 2
+            return {"topics": [{"topic": "t", "partitions": [{"partition": 0, "error": 0, "offset": 4,
+                                                               "leader_epoch": 5}]}]}
+        return answer_partition(error=int(ErrorCode.OFFSET_OUT_OF_RANGE))
+
+    hooks = Hooks()
+    fm = manager(ScriptedLeader(answer), hooks, events)
+    fm.add(part, 1, 5)
+    await until(lambda: part.leo == 4)
+    await fm.shutdown()
+    assert hooks.truncated >= 1
+
+
+async def test_out_of_range_restarts_an_empty_log_at_the_leaders_log_start(tmp_path, events):
+    part = follower(tmp_path, [(5, 2)])
+
+    def answer(api: int, body: dict) -> dict:
+        if api == ApiKey.LIST_OFFSETS:
+            ts = body["topics"][0]["partitions"][0]["timestamp"]
+            off = 100 if ts == -1 else 50
+            return {"topics": [{"topic": "t", "partitions": [{"partition": 0, "error": 0, "offset": off}]}]}
+        return answer_partition(error=int(ErrorCode.OFFSET_OUT_OF_RANGE))
+
+    conn = ScriptedLeader(answer)
+    fm = manager(conn, Hooks(), events)
+    fm.add(part, 1, 5)
+    await until(lambda: part.log_start_offset == 50)
+    await fm.shutdown()
+    assert part.leo == 50 and part.hw == 50
+
+
+async def test_answer_for_a_restarted_partition_is_dropped(tmp_path, events):
+    part = follower(tmp_path)
+    batch = stamp(build_batch([b"a"]), 0, 5)
+    gate = asyncio.Event()
+
+    class Slow(ScriptedLeader):
+        async def request(self, api: int, body: dict, *, timeout_ms: int = 30_000) -> dict:
+            self.requests.append((int(api), body))
+            if len(self.requests) == 1:
+                await gate.wait()
+                return answer_partition(records=batch, high_watermark=1)
+            await asyncio.sleep(0.001)
+            return answer_partition(high_watermark=0)
+
+    conn = Slow(lambda a, b: {})
+    fm = manager(conn, Hooks(), events)
+    fm.add(part, 1, 5)
+    await until(lambda: conn.requests)
+    fetcher = fm.fetchers()[1]
+    fetcher.add(part, 6)                             # a newer epoch replaced the state meanwhile
+    gate.set()
+    await until(lambda: len(conn.requests) >= 2)
+    await fm.shutdown()
+    assert part.leo == 0

@@ -32,9 +32,12 @@ def cluster() -> None:
               help="Property for every broker and the controller (repeatable), e.g. min.insync.replicas=2.")
 @click.option("--fast", is_flag=True, help="Demo timings: fencing in 2 s, ISR shrink after 2 s of lag.")
 @click.option("--no-proxy", is_flag=True, help="No fault proxy between processes (isolate/heal unavailable).")
+@click.option("--random-ports", is_flag=True, help="Random 127.x.y.z addresses and free ports instead of "
+              "127.0.0.1-3:9092 (to run beside another cluster).")
 @click.option("--timeout", type=float, default=60, show_default=True, help="Seconds to wait for every broker to run.")
 @handle_errors
-def up(data_dir: str | None, brokers: int, sets: tuple[str, ...], fast: bool, no_proxy: bool, timeout: float) -> None:
+def up(data_dir: str | None, brokers: int, sets: tuple[str, ...], fast: bool, no_proxy: bool, random_ports: bool,
+       timeout: float) -> None:
     """Start the cluster (or restart a stopped one in the same directory); returns once every broker is RUNNING."""
     d = _dir(data_dir)
     if os.path.exists(state_path(d)):
@@ -48,7 +51,7 @@ def up(data_dir: str | None, brokers: int, sets: tuple[str, ...], fast: bool, no
             return
     else:
         c = LocalCluster.create(d, brokers=brokers, overrides=parse_kv(sets, "--set"), proxied=not no_proxy,
-                                fast=fast)
+                                fast=fast, free_ports=random_ports)
     c.start()
     try:
         run_async(c.wait_running(timeout))

@@ -14,6 +14,8 @@ from minibroker.client.observe import EventFollower, EventLine, PartitionView, s
 from minibroker.config import parse_hostport
 from minibroker.testing.cluster import ClusterError, LocalCluster, default_data_dir
 
+# Events that restate what the table already shows; --all-events keeps them.
+QUIET_KINDS = frozenset({"replica_eligibility", "isr_update_ignored", "isr_metadata"})
 HEADERS = ("PARTITION", "LEADER", "EPOCH", "ISR", "ELR", "HW", "REPLICAS (id:LEO/lag)")
 
 
@@ -51,7 +53,13 @@ def event_text(line: EventLine) -> str:
 def _fmt(v: Any) -> str:
     if isinstance(v, (list, tuple)):
         return "[" + ",".join(map(str, v)) + "]"
+    if isinstance(v, dict):
+        return "{" + " ".join(f"{k}={_fmt(x)}" for k, x in v.items()) + "}"
     return str(v)
+
+
+def shown(lines: list[EventLine], all_events: bool) -> list[EventLine]:
+    return [l for l in sorted_events(lines) if all_events or l.event.get("kind") not in QUIET_KINDS]
 
 
 def _local_sources() -> tuple[dict[int, tuple[str, int]], tuple[str, int] | None]:
@@ -69,10 +77,12 @@ def _local_sources() -> tuple[dict[int, tuple[str, int]], tuple[str, int] | None
 @click.option("--once", is_flag=True, help="Print one frame as plain text and exit.")
 @click.option("--interval-ms", type=int, default=500, show_default=True)
 @click.option("--events", "n_events", type=int, default=15, show_default=True, help="Event lines to show.")
+@click.option("--all-events", is_flag=True, help="Also show events that restate the table "
+              "(replica eligibility, ISR metadata echoes).")
 @click.option("--controller", "controller_addr", metavar="HOST:PORT",
               help="Also follow the controller's events [default: the local cluster's controller].")
 @handle_errors
-def watch(bootstrap_server: str | None, once: bool, interval_ms: int, n_events: int,
+def watch(bootstrap_server: str | None, once: bool, interval_ms: int, n_events: int, all_events: bool,
           controller_addr: str | None) -> None:
     """Leader, leader epoch, ISR, ELR, HW and each replica's LEO/lag (* = not in ISR),
     from every broker's ReplicaStatus; below, ISR changes, HW moves and elections
@@ -81,10 +91,10 @@ def watch(bootstrap_server: str | None, once: bool, interval_ms: int, n_events: 
     local_brokers, local_ctl = ({}, None) if bootstrap_server else _local_sources()
     ctl = parse_hostport(controller_addr, 9093) if controller_addr else local_ctl
     if once:
-        run_async(_once(bootstrap, local_brokers, ctl, n_events))
+        run_async(_once(bootstrap, local_brokers, ctl, n_events, all_events))
     else:
         try:
-            run_async(_live(bootstrap, local_brokers, ctl, interval_ms, n_events))
+            run_async(_live(bootstrap, local_brokers, ctl, interval_ms, n_events, all_events))
         except KeyboardInterrupt:
             pass
 
@@ -102,7 +112,8 @@ async def _sources(admin: Admin, local: dict[int, tuple[str, int]], ctl: tuple[s
     return out
 
 
-async def _once(bootstrap: str, local: dict[int, tuple[str, int]], ctl: tuple[str, int] | None, n: int) -> None:
+async def _once(bootstrap: str, local: dict[int, tuple[str, int]], ctl: tuple[str, int] | None, n: int,
+                all_events: bool) -> None:
     async with Admin(bootstrap, {"request.timeout.ms": "5000"}) as admin:
         views, unreachable = await snapshot(admin, local)
         follower = EventFollower(admin)
@@ -117,12 +128,12 @@ async def _once(bootstrap: str, local: dict[int, tuple[str, int]], ctl: tuple[st
         click.echo(f"broker {node}: no ReplicaStatus ({err})")
     click.echo("")
     click.echo("EVENTS")
-    for line in sorted_events(list(follower.lines))[-n:]:
+    for line in shown(list(follower.lines), all_events)[-n:]:
         click.echo(event_text(line))
 
 
 async def _live(bootstrap: str, local: dict[int, tuple[str, int]], ctl: tuple[str, int] | None,
-                interval_ms: int, n: int) -> None:
+                interval_ms: int, n: int, all_events: bool) -> None:
     from rich.console import Group
     from rich.live import Live
     from rich.table import Table
@@ -151,6 +162,6 @@ async def _live(bootstrap: str, local: dict[int, tuple[str, int]], ctl: tuple[st
                 notes = [Text(f"broker {b}: no ReplicaStatus ({e})", style="dim") for b, e in sorted(unreachable.items())]
                 if err:
                     notes.append(Text(f"metadata: {err}", style="red"))
-                events = [Text(event_text(l)) for l in sorted_events(list(follower.lines))[-n:]]
+                events = [Text(event_text(l)) for l in shown(list(follower.lines), all_events)[-n:]]
                 live.update(Group(table, *notes, Text("events", style="bold"), *events))
                 await asyncio.sleep(interval_ms / 1000)

@@ -184,7 +184,7 @@ class FetchState:
         if code == ErrorCode.UNKNOWN_LEADER_EPOCH:
             st.retry_at_ms = now_ms + self.retry_backoff_ms
             return Reaction(note=f"{tp}: UNKNOWN_LEADER_EPOCH from broker {node_id}: retrying")
-        if code in ErrorCode._value2member_map_ and ErrorCode(code).retriable:
+        if code in ErrorCode._value2member_map_ and ErrorCode(code).retriable and code != ErrorCode.CORRUPT_MESSAGE:
             st.retry_at_ms = now_ms + self.retry_backoff_ms
             return Reaction(refresh_metadata=ErrorCode(code).refresh_metadata,
                             note=f"{tp}: {name} from broker {node_id}: retrying")

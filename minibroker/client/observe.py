@@ -119,8 +119,7 @@ class EventFollower:
     """Long-polls the Events API of each process and keeps the last `capacity` events.
     Invariant: `next_seq[source]` is the first sequence number not yet seen from it."""
     admin: Admin
-    capacity: int = 200
-    lines: deque = field(default_factory=lambda: deque(maxlen=200))
+    lines: deque = field(default_factory=lambda: deque(maxlen=2000))
     next_seq: dict[str, int] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
 

@@ -30,6 +30,8 @@ from typing import Any, Awaitable, Callable, Mapping
 
 from minibroker.client.admin import Admin
 from minibroker.errors import KafkaError
+from minibroker.protocol.api import ApiKey
+from minibroker.protocol.framing import FrameDecoder, encode_frame
 from minibroker.testing.layout import CONTROLLER_ID, ClusterLayout, plan, properties_text
 
 STATE_FILE = "cluster.json"
@@ -46,6 +48,13 @@ FAST_SETTINGS: dict[str, str] = {
     "replica.socket.timeout.ms": "3000",
     "replica.high.watermark.checkpoint.interval.ms": "500",
     "minibroker.controlled.shutdown.timeout.ms": "5000",
+}
+
+
+# What `cluster up` sets unless told otherwise: racks are only useful to consumers
+# (--client-rack, KIP-392) when the leader may pick a follower to read from.
+CLUSTER_DEFAULTS: dict[str, str] = {
+    "replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector",
 }
 
 
@@ -123,7 +132,9 @@ class LocalCluster:
         if os.path.exists(state_path(data_dir)):
             raise ClusterError(f"{data_dir} already holds a cluster ({STATE_FILE}); "
                                f"use `minibroker cluster up` to restart it or remove the directory")
-        settings = dict(FAST_SETTINGS) if fast else {}
+        settings = dict(CLUSTER_DEFAULTS)
+        if fast:
+            settings.update(FAST_SETTINGS)
         settings.update(overrides or {})
         if free_ports:
             prefix = f"127.{random.randint(1, 254)}.{random.randint(1, 254)}"
@@ -323,6 +334,46 @@ class LocalCluster:
                         raise ClusterError("brokers not RUNNING after {:.0f}s: {}".format(
                             timeout_s, ", ".join(f"broker {b}: {last.get(b, '?')}" for b in sorted(pending))))
                     await asyncio.sleep(0.1)
+
+    def broker_state_sync(self, broker: int, timeout_s: float = 2.0) -> str:
+        """ApiVersions over a plain blocking socket (usable where no event loop may run)."""
+        spec = self.layout.broker(broker)
+        with socket.create_connection((spec.host, spec.port), timeout=timeout_s) as s:
+            s.sendall(encode_frame({"api": int(ApiKey.API_VERSIONS), "v": 0, "id": 1, "client": "cluster"}))
+            dec = FrameDecoder()
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    raise OSError("connection closed")
+                msgs = dec.feed(chunk)
+                if msgs:
+                    return str(msgs[0].get("state", "?"))
+
+    def wait_running_sync(self, timeout_s: float = 60.0, brokers: list[int] | None = None) -> None:
+        """`wait_running` without asyncio (for sync test fixtures)."""
+        pending = set(brokers or self.broker_ids)
+        deadline = time.monotonic() + timeout_s
+        last: dict[int, str] = {}
+        while pending:
+            for b in sorted(pending):
+                name = f"broker-{b}"
+                if not self._alive(name):
+                    raise ClusterError(f"{name} exited during startup; last lines of {self.log_path(name)}:\n"
+                                       + self.log_tail(name))
+                try:
+                    last[b] = self.broker_state_sync(b)
+                except OSError as exc:
+                    last[b] = str(exc)
+                if last[b] == "RUNNING":
+                    pending.discard(b)
+            if not self._alive("controller"):
+                raise ClusterError(f"the controller exited; last lines of {self.log_path('controller')}:\n"
+                                   + self.log_tail("controller"))
+            if pending:
+                if time.monotonic() > deadline:
+                    raise ClusterError("brokers not RUNNING after {:.0f}s: {}".format(
+                        timeout_s, ", ".join(f"broker {b}: {last.get(b, '?')}" for b in sorted(pending))))
+                time.sleep(0.05)
 
     async def up(self, timeout_s: float = 60.0) -> None:
         self.start()

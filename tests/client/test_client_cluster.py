@@ -1,0 +1,186 @@
+"""Producer, consumer and admin against a real cluster that stays healthy (shared per module)."""
+import itertools
+
+import pytest
+
+from minibroker.client import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Admin, Consumer, ErrorCode, KafkaError,
+                               Producer, TopicPartition)
+from minibroker.testing.cluster import wait_for
+from minibroker.testing.fixtures import shared_cluster  # noqa: F401
+
+pytestmark = pytest.mark.cluster
+_names = itertools.count()
+
+
+async def new_topic(cluster, partitions=1, assignments=None, configs=None):
+    name = f"t{next(_names)}"
+    async with Admin(cluster.bootstrap) as admin:
+        await admin.create_topic(name, partitions if assignments is None else -1,
+                                 3 if assignments is None else -1, configs or {"min.insync.replicas": "2"},
+                                 assignments=assignments)
+    return name
+
+
+async def read_all(cluster, topic, n, **cfg):
+    out = []
+    async with Consumer(cluster.bootstrap, {"auto.offset.reset": "earliest", **cfg}) as c:
+        await c.assign_topic(topic)
+        await wait_for(lambda: _poll_into(c, out, n), timeout_s=30, interval_s=0, what=f"{n} records")
+    return out
+
+
+async def _poll_into(c, out, n):
+    out.extend(await c.poll(timeout_ms=200))
+    return len(out) >= n
+
+
+async def test_acks_all_records_get_consecutive_offsets_and_read_back_in_order(shared_cluster):
+    topic = await new_topic(shared_cluster)
+    async with Producer(shared_cluster.bootstrap, {"acks": "all", "linger.ms": 2}) as p:
+        futs = [await p.send(topic, b"v%d" % i) for i in range(500)]
+        metas = [await f for f in futs]
+    assert [m.offset for m in metas] == list(range(500))
+    assert {(m.topic, m.partition) for m in metas} == {(topic, 0)}
+    recs = await read_all(shared_cluster, topic, 500)
+    assert [r.offset for r in recs] == list(range(500))
+    assert [r.value for r in recs] == [b"v%d" % i for i in range(500)]
+
+
+async def test_keys_headers_and_timestamps_survive_the_round_trip(shared_cluster):
+    topic = await new_topic(shared_cluster)
+    async with Producer(shared_cluster.bootstrap) as p:
+        md = await p.send_and_wait(topic, b"value", b"key", headers=[("h", b"1")], timestamp_ms=1234)
+    assert md.timestamp == 1234
+    (rec,) = await read_all(shared_cluster, topic, 1)
+    assert (rec.key, rec.value, rec.headers, rec.timestamp) == (b"key", b"value", (("h", b"1"),), 1234)
+
+
+async def test_keyed_records_spread_by_murmur2_like_kafka(shared_cluster):
+    from minibroker.client.partitioner import partition_for_key
+    topic = await new_topic(shared_cluster, partitions=3)
+    async with Producer(shared_cluster.bootstrap) as p:
+        for i in range(30):
+            md = await p.send_and_wait(topic, b"x", b"key-%d" % i)
+            assert md.partition == partition_for_key(b"key-%d" % i, 3)
+
+
+async def test_acks_one_and_zero_deliver_too(shared_cluster):
+    topic = await new_topic(shared_cluster)
+    async with Producer(shared_cluster.bootstrap, {"acks": "1"}) as p:
+        assert (await p.send_and_wait(topic, b"one")).offset == 0
+    async with Producer(shared_cluster.bootstrap, {"acks": "0"}) as p:
+        md = await p.send_and_wait(topic, b"zero")
+        assert md.offset == -1                      # acks=0: no answer, no offset
+    recs = await read_all(shared_cluster, topic, 2)
+    assert [r.value for r in recs] == [b"one", b"zero"]
+
+
+async def test_unknown_topic_fails_with_a_clear_error(shared_cluster):
+    async with Producer(shared_cluster.bootstrap) as p:
+        with pytest.raises(KafkaError) as ei:
+            await p.partitions_for("no-such-topic", timeout_ms=1000)
+    assert "no-such-topic" in str(ei.value)
+
+
+async def test_consumer_seek_and_position(shared_cluster):
+    topic = await new_topic(shared_cluster)
+    async with Producer(shared_cluster.bootstrap) as p:
+        for i in range(10):
+            await p.send(topic, b"%d" % i)
+        await p.flush()
+    tp = TopicPartition(topic, 0)
+    async with Consumer(shared_cluster.bootstrap) as c:
+        c.assign([tp])
+        assert await c.position(tp) == 10           # auto.offset.reset=latest: the high watermark
+        c.seek(tp, 7)
+        recs = []
+        await wait_for(lambda: _poll_into(c, recs, 3), timeout_s=20, interval_s=0)
+        assert [r.value for r in recs] == [b"7", b"8", b"9"]
+        assert c.highwater(tp) == 10 and c.caught_up()
+        c.seek_to_beginning(tp)
+        assert await c.position(tp) == 0
+
+
+async def test_consumer_with_client_rack_reads_from_the_same_rack_follower(shared_cluster):
+    # leader 1 (zone-a); the zone-b consumer is sent to broker 2 (KIP-392)
+    topic = await new_topic(shared_cluster, assignments=[[1, 2, 3]])
+    async with Producer(shared_cluster.bootstrap) as p:
+        for i in range(100):
+            await p.send(topic, b"%d" % i)
+        await p.flush()
+    tp = TopicPartition(topic, 0)
+    async with Consumer(shared_cluster.bootstrap, {"client.rack": "zone-b", "auto.offset.reset": "earliest"}) as c:
+        c.assign([tp])
+        recs = []
+        await wait_for(lambda: _poll_into(c, recs, 100), timeout_s=30, interval_s=0)
+        assert [r.value for r in recs] == [b"%d" % i for i in range(100)]
+        assert c.preferred_replica(tp) == 2
+        assert c.fetched_from(tp) == 2
+
+
+async def test_consumer_in_the_leaders_rack_stays_on_the_leader(shared_cluster):
+    topic = await new_topic(shared_cluster, assignments=[[1, 2, 3]])
+    async with Producer(shared_cluster.bootstrap) as p:
+        await p.send_and_wait(topic, b"x")
+    tp = TopicPartition(topic, 0)
+    async with Consumer(shared_cluster.bootstrap, {"client.rack": "zone-a", "auto.offset.reset": "earliest"}) as c:
+        c.assign([tp])
+        recs = []
+        await wait_for(lambda: _poll_into(c, recs, 1), timeout_s=20, interval_s=0)
+        assert c.fetched_from(tp) == 1 and c.preferred_replica(tp) is None
+
+
+async def test_admin_lists_describes_and_reports_offsets(shared_cluster):
+    topic = await new_topic(shared_cluster, partitions=2)
+    async with Producer(shared_cluster.bootstrap) as p:
+        for i in range(5):
+            await p.send(topic, b"x", partition=1)
+        await p.flush()
+    async with Admin(shared_cluster.bootstrap) as admin:
+        assert topic in await admin.list_topics()
+        (td,) = await admin.describe_topics([topic])
+        assert td.configs == {"min.insync.replicas": "2"} and td.replication_factor == 3
+        assert [p.leader is not None for p in td.partitions] == [True, True]
+        assert await admin.topic_offsets(topic) == {0: 0, 1: 5}
+        assert await admin.topic_offsets(topic, EARLIEST_TIMESTAMP) == {0: 0, 1: 0}
+        res = await admin.list_offsets({TopicPartition(topic, 1): LATEST_TIMESTAMP})
+        assert res[TopicPartition(topic, 1)].offset == 5
+        cl = await admin.describe_cluster()
+        assert [b.node_id for b in cl.brokers] == [1, 2, 3]
+        assert [b.rack for b in cl.brokers] == ["zone-a", "zone-b", "zone-c"]
+
+
+async def test_creating_an_existing_topic_reports_topic_already_exists(shared_cluster):
+    topic = await new_topic(shared_cluster)
+    async with Admin(shared_cluster.bootstrap) as admin:
+        with pytest.raises(KafkaError) as ei:
+            await admin.create_topic(topic, 1, 3)
+        assert ei.value.code == ErrorCode.TOPIC_ALREADY_EXISTS
+        await admin.create_topic(topic, 1, 3, if_not_exists=True)
+
+
+async def test_invalid_replication_factor_is_refused_by_name(shared_cluster):
+    async with Admin(shared_cluster.bootstrap) as admin:
+        with pytest.raises(KafkaError) as ei:
+            await admin.create_topic("too-many-replicas", 1, 5)
+    assert ei.value.code == ErrorCode.INVALID_REPLICATION_FACTOR
+
+
+async def test_preferred_election_on_a_balanced_topic_is_not_needed(shared_cluster):
+    topic = await new_topic(shared_cluster)
+    async with Admin(shared_cluster.bootstrap) as admin:
+        res = await admin.elect_leaders("preferred", [TopicPartition(topic, 0)])
+    assert res[TopicPartition(topic, 0)].code == ErrorCode.ELECTION_NOT_NEEDED
+
+
+async def test_replica_status_and_events_answer_from_every_broker(shared_cluster):
+    topic = await new_topic(shared_cluster)
+    async with Producer(shared_cluster.bootstrap) as p:
+        await p.send_and_wait(topic, b"x")
+    async with Admin(shared_cluster.bootstrap) as admin:
+        for b in shared_cluster.broker_ids:
+            st = await admin.replica_status(shared_cluster.broker_address(b), [topic])
+            assert st["node_id"] == b and st["partitions"][0]["topic"] == topic
+            ev = await admin.events(shared_cluster.broker_address(b))
+            assert ev["node_id"] == b and ev["events"]
+        assert await admin.events(shared_cluster.controller_address)

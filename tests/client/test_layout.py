@@ -1,0 +1,67 @@
+from minibroker.config import Config, parse_listeners
+from minibroker.broker.server import listener_plan
+from minibroker.testing.layout import CONTROLLER_ID, ClusterLayout, plan
+
+HOSTS = [f"127.0.0.{i}" for i in range(1, 10)]
+
+
+def well_known(proxied=True, **kw):
+    return plan("/d", brokers=3, hosts=HOSTS, controller_host="127.0.0.1", port_for=lambda h, d: d,
+                proxied=proxied, secret="s", **kw)
+
+
+def test_well_known_layout_puts_brokers_on_loopback_aliases_port_9092():
+    lay = well_known()
+    assert lay.bootstrap == "127.0.0.1:9092,127.0.0.2:9092,127.0.0.3:9092"
+    assert lay.controller == ("127.0.0.1", 9093)
+    assert [b.rack for b in lay.brokers] == ["zone-a", "zone-b", "zone-c"]
+
+
+def test_every_broker_dials_peers_and_controller_through_its_own_routes():
+    lay = well_known()
+    for b in lay.brokers:
+        cfg = lay.broker_config(b.node_id)
+        assert cfg["inter.broker.listener.name"] == f"INTERNAL_B{b.node_id}"
+        ctl = lay.route(b.node_id, CONTROLLER_ID)
+        assert cfg["controller.quorum.bootstrap.servers"] == "%s:%d" % ctl.listen
+        adv = parse_listeners(cfg["advertised.listeners"])
+        for other in lay.brokers:
+            if other.node_id != b.node_id:
+                # peer `other` reaches b on INTERNAL_B<other>, which b advertises at route other->b
+                r = lay.route(other.node_id, b.node_id)
+                assert adv[f"INTERNAL_B{other.node_id}"] == r.listen
+                assert r.target == b.internal[f"INTERNAL_B{other.node_id}"]
+
+
+def test_broker_configs_pass_the_brokers_own_listener_plan():
+    lay = well_known()
+    for b in lay.brokers:
+        binds, advertised, inter = listener_plan(Config(lay.broker_config(b.node_id)))
+        assert inter == f"INTERNAL_B{b.node_id}"
+        assert advertised["EXTERNAL"] == (b.host, 9092)
+
+
+def test_all_listen_addresses_are_distinct():
+    lay = well_known()
+    addrs = [lay.controller, lay.proxy_control] + [(b.host, b.port) for b in lay.brokers] + \
+            [a for b in lay.brokers for a in b.internal.values()] + [r.listen for r in lay.routes]
+    assert len(addrs) == len(set(addrs))
+
+
+def test_unproxied_layout_uses_one_internal_listener_and_dials_the_controller_directly():
+    lay = well_known(proxied=False)
+    cfg = lay.broker_config(2)
+    assert cfg["inter.broker.listener.name"] == "INTERNAL"
+    assert cfg["controller.quorum.bootstrap.servers"] == "127.0.0.1:9093"
+    assert lay.routes == () and lay.proxy_control is None
+
+
+def test_overrides_reach_brokers_and_controller():
+    lay = well_known(broker_overrides={"min.insync.replicas": "2"}, controller_overrides={"node.id": "0"})
+    assert lay.broker_config(1)["min.insync.replicas"] == "2"
+    assert lay.controller_config()["min.insync.replicas"] == "2"
+
+
+def test_layout_round_trips_through_the_state_file_form():
+    lay = well_known(broker_overrides={"a": "b"})
+    assert ClusterLayout.from_dict(lay.to_dict()) == lay

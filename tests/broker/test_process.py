@@ -417,3 +417,77 @@ def test_metadata_marks_offline_partitions_and_fenced_or_unlisted_replicas():
     assert (p1["error"], p1["leader"]) == (ErrorCode.LEADER_NOT_AVAILABLE, -1)
     internal = metadata_response(img, "INTERNAL", ["t"])
     assert [b["node_id"] for b in internal["brokers"]] == [1, 2]
+
+
+# -- with the data path: records through real brokers ---------------------------
+
+from minibroker.client import Consumer, Producer, TopicPartition  # noqa: E402
+
+
+def bootstrap(c: Cluster, brokers=None) -> str:
+    return ",".join(f"127.0.0.1:{c.external[b][1]}" for b in (brokers or c.brokers))
+
+
+async def consume_all(c: Cluster, topic: str, n: int, brokers=None) -> list[bytes]:
+    out: list[bytes] = []
+    async with Consumer(bootstrap(c, brokers)) as consumer:
+        consumer.assign([TopicPartition(topic, 0)])
+        consumer.seek_to_beginning()
+
+        async def got_all() -> bool:
+            out.extend(r.value for r in await consumer.poll(timeout_ms=200))
+            return len(out) >= n
+
+        await until(got_all, what=f"{n} records from {topic}")
+    return out
+
+
+async def isr_of(c: Cluster, b: int, topic: str) -> list[int]:
+    meta = await c.request(b, ApiKey.METADATA, {"topics": [topic]})
+    return meta["topics"][0]["partitions"][0]["isr"]
+
+
+async def test_acks_all_records_survive_a_controlled_shutdown_of_the_leader(cluster_factory):
+    c = await cluster_factory(3)
+    assert (await c.create_topic(1, "safe", 1, 3, **{"min.insync.replicas": "2"}))["topics"][0]["error"] == 0
+    leader = partition_leaders(await c.request(1, ApiKey.METADATA, {"topics": ["safe"]}), "safe")[0]
+    sent = [f"r{i}".encode() for i in range(60)]
+    async with Producer(bootstrap(c), {"acks": "all"}) as p:
+        offsets = [(await (await p.send("safe", v))).offset for v in sent[:30]]
+        c.brokers[leader].send(signal.SIGTERM)
+        offsets += [(await (await p.send("safe", v))).offset for v in sent[30:]]
+    assert await c.brokers[leader].wait_exit() == 0
+    assert offsets == list(range(60))
+    rest = [b for b in c.brokers if b != leader]
+    assert await consume_all(c, "safe", 60, rest) == sent
+
+
+async def test_a_killed_follower_restarts_truncates_catches_up_and_rejoins_the_isr(cluster_factory):
+    c = await cluster_factory(3, **{"replica.lag.time.max.ms": "2000"})
+    assert (await c.create_topic(1, "rejoin", 1, 3, **{"min.insync.replicas": "2"}))["topics"][0]["error"] == 0
+    leader = partition_leaders(await c.request(1, ApiKey.METADATA, {"topics": ["rejoin"]}), "rejoin")[0]
+    follower = next(b for b in c.brokers if b != leader)
+    async with Producer(bootstrap(c), {"acks": "all"}) as p:
+        for i in range(20):
+            await (await p.send("rejoin", f"a{i}".encode()))
+        c.brokers[follower].send(signal.SIGKILL)
+        await c.brokers[follower].wait_exit()
+
+        async def shrunk() -> bool:
+            return follower not in await isr_of(c, leader, "rejoin")
+
+        await until(shrunk, what=f"broker {follower} to leave the ISR")
+        for i in range(20):
+            await (await p.send("rejoin", f"b{i}".encode()))
+    c.brokers[follower].start()
+    await c.wait_running(follower)
+
+    async def rejoined() -> bool:
+        return sorted(await isr_of(c, leader, "rejoin")) == [1, 2, 3]
+
+    await until(rejoined, what=f"broker {follower} to rejoin the ISR")
+    status = await c.request(follower, ApiKey.REPLICA_STATUS, {"topics": ["rejoin"]})
+    mine = status["partitions"][0]
+    assert mine["role"] == "follower" and mine["leo"] == 40
+    assert await consume_all(c, "rejoin", 40) == [f"a{i}".encode() for i in range(20)] + \
+        [f"b{i}".encode() for i in range(20)]

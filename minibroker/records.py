@@ -349,33 +349,37 @@ def validate_batches(buf: bytes | bytearray | memoryview, *,
     headers: list[BatchHeader] = []
     records = offsets = 0
     first_ts = max_ts = -1
+    unpack = HEADER.unpack_from
+    limit = (1 << 62) if max_message_bytes is None else max_message_bytes
     while pos < end:
         if end - pos < HEADER_SIZE:
             raise _corrupt(f"batch at byte {pos}: header needs {HEADER_SIZE} bytes, {end - pos} remain")
-        h = parse_header(mv, pos)
-        problem = check_header(h)
-        if problem:
-            raise _corrupt(f"batch at byte {pos}: {problem}")
-        if max_message_bytes is not None and h.size > max_message_bytes:
+        (base, length, epoch, magic, crc, attrs, lod, fts, mts, pid, pep, seq, count) = unpack(mv, pos)
+        size = length + LOG_OVERHEAD
+        h = BatchHeader(pos, size, base, epoch, magic, crc, attrs, lod, fts, mts, pid, pep, seq, count)
+        if (size < HEADER_SIZE or magic != MAGIC or attrs & ~KNOWN_ATTRIBUTES or lod < 0
+                or count < 0 or count > lod + 1 or base < 0):
+            raise _corrupt(f"batch at byte {pos}: {check_header(h)}")
+        if size > limit:
             raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
-                             f"batch at byte {pos} is {h.size} bytes, above max.message.bytes={max_message_bytes}")
-        if pos + h.size > end:
-            raise _corrupt(f"batch at byte {pos} claims {h.size} bytes, only {end - pos} remain")
-        if h.base_offset != 0:
-            raise _corrupt(f"batch at byte {pos}: a producer batch must have base offset 0, not {h.base_offset}")
-        if h.record_count < 1 or h.record_count != h.last_offset_delta + 1:
-            raise _corrupt(f"batch at byte {pos}: record count {h.record_count} is inconsistent "
-                           f"with last offset delta {h.last_offset_delta}")
-        if not batch_crc_ok(mv, pos, h.size):
+                             f"batch at byte {pos} is {size} bytes, above max.message.bytes={max_message_bytes}")
+        if pos + size > end:
+            raise _corrupt(f"batch at byte {pos} claims {size} bytes, only {end - pos} remain")
+        if base != 0:
+            raise _corrupt(f"batch at byte {pos}: a producer batch must have base offset 0, not {base}")
+        if count < 1 or count != lod + 1:
+            raise _corrupt(f"batch at byte {pos}: record count {count} is inconsistent "
+                           f"with last offset delta {lod}")
+        if crc32c(mv[pos + CRC_START: pos + size]) != crc:
             raise _corrupt(f"batch at byte {pos}: CRC32C mismatch")
         headers.append(h)
-        records += h.record_count
-        offsets += h.last_offset_delta + 1
+        records += count
+        offsets += lod + 1
         if first_ts == -1:
-            first_ts = h.first_timestamp
-        if h.max_timestamp > max_ts:
-            max_ts = h.max_timestamp
-        pos += h.size
+            first_ts = fts
+        if mts > max_ts:
+            max_ts = mts
+        pos += size
     return BatchesInfo(len(headers), records, offsets, first_ts, max_ts, end, tuple(headers))
 
 
@@ -388,6 +392,22 @@ def stamp_into(buf: bytearray, headers: Iterable[BatchHeader], base_offset: int,
         pack(buf, h.position, offset, h.size - LOG_OVERHEAD, leader_epoch)
         offset += h.last_offset_delta + 1
     return offset
+
+
+def stamp_chunks(buf: bytes | bytearray | memoryview, headers: Iterable[BatchHeader], base_offset: int,
+                 leader_epoch: int) -> tuple[list[bytes | memoryview], int]:
+    """Stamped batches as a list of buffers for writev, without copying the
+    payloads: per batch, a new 16-byte prefix (base offset, length, epoch)
+    and a view of the rest. Returns the buffers and the next offset."""
+    mv = memoryview(buf)
+    out: list[bytes | memoryview] = []
+    offset = base_offset
+    pack = _FRAME.pack
+    for h in headers:
+        out.append(pack(offset, h.size - LOG_OVERHEAD, leader_epoch))
+        out.append(mv[h.position + _FRAME.size: h.position + h.size])
+        offset += h.last_offset_delta + 1
+    return out, offset
 
 
 def stamp(buf: bytes | bytearray | memoryview, base_offset: int, leader_epoch: int) -> bytes:

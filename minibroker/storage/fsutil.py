@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+from typing import Sequence
 
 from minibroker.errors import ErrorCode, KafkaError
 
@@ -30,14 +31,38 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
-    """Write every byte of `data` to `fd` (os.write may write fewer)."""
-    mv = memoryview(data)
-    while mv:
-        n = os.write(fd, mv)
-        if n <= 0:  # pragma: no cover - regular files do not return 0
-            raise OSError(errno.EIO, "write returned 0")
-        mv = mv[n:]
+Buffer = bytes | bytearray | memoryview
+_IOV_MAX = min(getattr(os, "sysconf", lambda _: 1024)("SC_IOV_MAX") or 1024, 1024)
+
+
+def write_all(fd: int, data: Buffer | Sequence[Buffer]) -> None:
+    """Write every byte of `data` (one buffer, or a list written with writev)
+    to `fd`; os.write/os.writev may write fewer bytes than asked."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        mv = memoryview(data)
+        while mv:
+            n = os.write(fd, mv)
+            if n <= 0:  # pragma: no cover - regular files do not return 0
+                raise OSError(errno.EIO, "write returned 0")
+            mv = mv[n:]
+        return
+    if len(data) <= _IOV_MAX:
+        total = sum(len(b) for b in data)
+        n = os.writev(fd, data)
+        if n == total:
+            return
+        data = [memoryview(b"".join(data))[n:]]  # rare short write: finish the rest
+    views = [memoryview(b).cast("B") for b in data if len(b)]
+    i = 0
+    while i < len(views):
+        n = os.writev(fd, views[i:i + _IOV_MAX])
+        if n <= 0:  # pragma: no cover
+            raise OSError(errno.EIO, "writev returned 0")
+        while i < len(views) and n >= len(views[i]):
+            n -= len(views[i])
+            i += 1
+        if n:
+            views[i] = views[i][n:]
 
 
 def storage_error(path: str, exc: BaseException) -> KafkaError:

@@ -21,6 +21,7 @@ from minibroker.storage import fsutil
 
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
+_PENDING_LIMIT = 4096
 
 
 class _IndexFile:
@@ -30,23 +31,41 @@ class _IndexFile:
         self.path = path
         self.base_offset = base_offset
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        # Entries appended in memory but not yet written to the file. The file
+        # may lag (it is never trusted past a crash); dup_fd() and close()
+        # write them out first, so a flush or clean shutdown leaves it whole.
+        self._pending = bytearray()
+
+    def _write(self, entry: bytes) -> None:
+        self._pending += entry
+        if len(self._pending) >= _PENDING_LIMIT:
+            self.write_pending()
+
+    def write_pending(self) -> None:
+        if self._pending and self.fd >= 0:
+            fsutil.write_all(self.fd, self._pending)
+        self._pending.clear()
 
     def _read_raw(self) -> bytes:
         size = os.fstat(self.fd).st_size
         return os.pread(self.fd, size, 0) if size else b""
 
     def _truncate_file(self, n_entries: int) -> None:
+        self.write_pending()
         os.ftruncate(self.fd, n_entries * self.ENTRY.size)
 
     def dup_fd(self) -> int:
+        self.write_pending()
         return os.dup(self.fd)
 
     def close(self) -> None:
         if self.fd >= 0:
+            self.write_pending()
             os.close(self.fd)
             self.fd = -1
 
     def delete(self) -> None:
+        self._pending.clear()
         self.close()
         try:
             os.unlink(self.path)
@@ -91,7 +110,7 @@ class OffsetIndex(_IndexFile):
 
     def append(self, last_offset: int, position: int) -> None:
         rel = last_offset - self.base_offset
-        fsutil.write_all(self.fd, self.ENTRY.pack(rel, position))
+        self._write(self.ENTRY.pack(rel, position))
         self.rel_offsets.append(rel)
         self.positions.append(position)
 
@@ -117,6 +136,7 @@ class OffsetIndex(_IndexFile):
     def reset(self) -> None:
         self.rel_offsets = array("i")
         self.positions = array("i")
+        self._pending.clear()
         self._truncate_file(0)
 
 
@@ -156,7 +176,7 @@ class TimeIndex(_IndexFile):
         if self.timestamps and timestamp <= self.timestamps[-1]:
             return
         rel = last_offset - self.base_offset
-        fsutil.write_all(self.fd, self.ENTRY.pack(timestamp, rel))
+        self._write(self.ENTRY.pack(timestamp, rel))
         self.timestamps.append(timestamp)
         self.rel_offsets.append(rel)
 
@@ -171,4 +191,5 @@ class TimeIndex(_IndexFile):
     def reset(self) -> None:
         self.timestamps = array("q")
         self.rel_offsets = array("i")
+        self._pending.clear()
         self._truncate_file(0)

@@ -41,9 +41,7 @@ from typing import Callable, NamedTuple
 
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.events import Event, EventSink, discard
-from minibroker.records import (
-    iter_batch_headers, stamp_into, validate_batches,
-)
+from minibroker.records import iter_batch_headers, stamp_chunks, validate_batches
 from minibroker.storage import fsutil
 from minibroker.storage.checkpoint import LEADER_EPOCH_FILE, LeaderEpochCheckpointFile
 from minibroker.storage.epoch_cache import LeaderEpochCache
@@ -52,6 +50,7 @@ from minibroker.storage.log_config import LogConfig
 from minibroker.storage.segment import AppendedBatch, LogSegment
 
 _I32_MAX = 2**31 - 1
+_MAX_READ_HINTS = 256
 
 
 class AppendResult(NamedTuple):
@@ -109,6 +108,10 @@ class PartitionLog:
                                          if loaded.epoch_file_entries == self.epoch_cache.entries
                                          and os.path.exists(self._epoch_file.path) else -1)
         self._truncations = 0
+        # Where sequential readers will ask next: offset -> (segment, batch
+        # start). Invariant: cleared whenever batches are removed, so every
+        # hint names a live segment and a batch boundary in it.
+        self._read_hints: dict[int, tuple[LogSegment, int]] = {}
         self._dir_dirty = True
         self._roll_flush_pending: int | None = None
         self._last_flush_ms = self._clock()
@@ -201,29 +204,32 @@ class PartitionLog:
         RECORD_LIST_TOO_LARGE above segment.bytes, FENCED_LEADER_EPOCH when
         the cache already holds a newer epoch, KAFKA_STORAGE_ERROR on I/O
         failure. Nothing is written when it raises."""
-        info = validate_batches(batches, max_message_bytes=self.config.max_message_bytes)
-        if info.size > self.config.segment_bytes:
+        cfg = self.config
+        info = validate_batches(batches, max_message_bytes=cfg.max_message_bytes)
+        if info.size > cfg.segment_bytes:
             raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE,
-                             f"{info.size} bytes of batches exceed segment.bytes={self.config.segment_bytes}")
+                             f"{info.size} bytes of batches exceed segment.bytes={cfg.segment_bytes}")
         if leader_epoch < 0:
             raise ValueError(f"leader epoch {leader_epoch} is negative")
-        latest = self.epoch_cache.latest_epoch
+        cache = self.epoch_cache
+        latest = cache.latest_epoch
         if latest is not None and leader_epoch < latest:
             raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH,
                              f"{self.name}: append at epoch {leader_epoch} but the log is at epoch {latest}")
-        buf = bytearray(batches)
         with self._lock:
-            self._check_open()
-            base = self.log_end_offset
-            next_offset = stamp_into(buf, info.batches, base, leader_epoch)
-            self._maybe_roll_locked(len(buf), next_offset - 1, now_ms)
-            self.epoch_cache.assign(leader_epoch, base)
+            if self._closed:
+                self._check_open()
+            base = self._segments[-1].next_offset
+            chunks, next_offset = stamp_chunks(batches, info.batches, base, leader_epoch)
+            self._maybe_roll_locked(info.size, next_offset - 1, now_ms)
+            if latest != leader_epoch:
+                cache.assign(leader_epoch, base)
             appended = []
             offset = base
             for h in info.batches:
                 offset += h.last_offset_delta + 1
                 appended.append(AppendedBatch(h.position, h.size, offset - 1, h.max_timestamp))
-            self._segments[-1].append(buf, appended, next_offset)
+            self._segments[-1].append(chunks, appended, next_offset, info.size)
         return AppendResult(base, next_offset - 1)
 
     def append_as_follower(self, batches: bytes | bytearray | memoryview, *, now_ms: int | None = None) -> int:
@@ -278,15 +284,14 @@ class PartitionLog:
 
     def _maybe_roll_locked(self, incoming_bytes: int, incoming_last_offset: int, now_ms: int | None) -> bool:
         active = self._segments[-1]
-        if active.empty:
+        if active.size == 0:
             return False
-        now = self._clock() if now_ms is None else now_ms
-        full = active.size > self.config.segment_bytes - incoming_bytes
-        rolling_base = active.rolling_base_ms
-        old = rolling_base is not None and now - rolling_base > self.config.segment_ms
-        overflow = incoming_last_offset - active.base_offset > _I32_MAX
-        if not (full or old or overflow):
-            return False
+        if not (active.size > self.config.segment_bytes - incoming_bytes
+                or incoming_last_offset - active.base_offset > _I32_MAX):
+            rolling_base = active.rolling_base_ms
+            now = self._clock() if now_ms is None else now_ms
+            if rolling_base is None or now - rolling_base <= self.config.segment_ms:
+                return False
         self._roll_locked()
         return True
 
@@ -329,16 +334,30 @@ class PartitionLog:
         upper = leo if upper_bound_offset is None else min(upper_bound_offset, leo)
         if fetch_offset >= upper:
             return b""
-        i = self._segment_index_for(fetch_offset)
-        while i < len(self._segments):
-            seg = self._segments[i]
-            found = seg.translate_offset(fetch_offset)
-            if found is not None:
-                if found.last_offset >= upper:
+        hint = self._read_hints.pop(fetch_offset, None)
+        if hint is not None and hint[1] < hint[0].size:
+            seg, position = hint
+            if upper < seg.next_offset and seg.read_batch_header(position).last_offset >= upper:
+                return b""
+        else:
+            i = self._segment_index_for(fetch_offset)
+            while True:
+                if i >= len(self._segments):
                     return b""
-                return seg.read(found.position, max_bytes, upper, min_one_batch)
-            i += 1
-        return b""
+                seg = self._segments[i]
+                found = seg.translate_offset(fetch_offset)
+                if found is not None:
+                    break
+                i += 1
+            if found.last_offset >= upper:
+                return b""
+            position = found.position
+        data, end, next_offset = seg.read(position, max_bytes, upper, min_one_batch)
+        if data:
+            if len(self._read_hints) >= _MAX_READ_HINTS:
+                self._read_hints.clear()
+            self._read_hints[next_offset] = (seg, end)
+        return data
 
     def batch_containing(self, offset: int) -> tuple[int, int, int] | None:
         """(base offset, last offset, leader epoch) of the batch holding `offset`."""
@@ -375,6 +394,7 @@ class PartitionLog:
             del self._bases[keep:]
             for seg in dropped:
                 seg.delete()
+            self._read_hints.clear()
             actual = self._segments[-1].truncate_to(offset)
             self._log_start_offset = min(self._log_start_offset, actual)
             removed = self.epoch_cache.truncate_from_end(actual)
@@ -396,6 +416,7 @@ class PartitionLog:
         before = self.log_end_offset
         with self._lock:
             self._check_open()
+            self._read_hints.clear()
             for seg in self._segments:
                 seg.delete()
             new = LogSegment.create(self.directory, offset, self.config.index_interval_bytes)
@@ -469,6 +490,7 @@ class PartitionLog:
         with self._lock:
             if deletable == len(self._segments):
                 self._roll_locked()
+            self._read_hints.clear()
             doomed = self._segments[:deletable]
             del self._segments[:deletable]
             del self._bases[:deletable]

@@ -216,6 +216,8 @@ class LogSegment:
         truncated = file_size - pos
         if truncated:
             os.ftruncate(self.fd, pos)
+        self.index.write_pending()
+        self.time_index.write_pending()
         self.size = pos
         self.next_offset = expected
         self.max_timestamp = max_ts
@@ -224,10 +226,14 @@ class LogSegment:
 
     # ------------------------------------------------------------ writing
 
-    def append(self, data: bytes | bytearray | memoryview, batches: list[AppendedBatch], next_offset: int) -> None:
-        """Append whole batches (already stamped) and index them. On an I/O
+    def append(self, data: fsutil.Buffer | list[fsutil.Buffer], batches: list[AppendedBatch],
+               next_offset: int, size: int | None = None) -> None:
+        """Append whole batches (already stamped; one buffer, or a list of
+        buffers of `size` bytes in all, for writev) and index them. On an I/O
         error the file is cut back and KafkaError(KAFKA_STORAGE_ERROR) raised."""
         start = self.size
+        if size is None:
+            size = len(data) if isinstance(data, (bytes, bytearray, memoryview)) else sum(len(d) for d in data)
         n_index, n_time = len(self.index), len(self.time_index.timestamps)
         saved = (self.max_timestamp, self.first_batch_timestamp, self._bytes_since_index)
         try:
@@ -250,7 +256,7 @@ class LogSegment:
             except OSError:
                 pass
             raise fsutil.storage_error(self.log_path, exc) from exc
-        self.size = start + len(data)
+        self.size = start + size
         self.max_timestamp = max_ts
         self.next_offset = next_offset
 
@@ -296,10 +302,14 @@ class LogSegment:
         buf = b""
         buf_start = position
         pos = position
+        last_size = 0
         while pos < end:
             rel = pos - buf_start
             if len(buf) - rel < HEADER_SIZE:
-                buf = os.pread(self.fd, _WALK_CHUNK, pos)
+                # first, or after a big batch: just the next header; after a
+                # small batch: a chunk of headers at once
+                want = _WALK_CHUNK if 0 < last_size <= _WALK_CHUNK // 4 else HEADER_SIZE
+                buf = os.pread(self.fd, min(want, max(end - pos, HEADER_SIZE)), pos)
                 buf_start, rel = pos, 0
                 if len(buf) < HEADER_SIZE:
                     if check:
@@ -315,6 +325,7 @@ class LogSegment:
                     raise ValueError(f"torn batch at byte {pos}")
             yield Located(pos, f[0], f[0] + f[6], f[2], size, f[8])
             pos += size
+            last_size = size
 
     def translate_offset(self, offset: int, start_position: int = 0) -> Located | None:
         """The first batch whose last offset >= `offset`, or None if none.
@@ -325,36 +336,39 @@ class LogSegment:
                 return h
         return None
 
-    def _boundary_at_or_below(self, limit: int, start: int) -> int:
-        """The greatest batch start p with start <= p <= limit such that every
-        batch in [start, p) ends at or before `limit`."""
+    def _boundary_at_or_below(self, limit: int, start: int) -> Located | None:
+        """The first batch (from `start`) that ends beyond `limit`: every
+        batch before it ends at or before `limit`. None if all of them do."""
         pos = max(self.index.floor_position(limit), start)
         for h in self._walk(pos, self.size):
             if h.position + h.size > limit:
-                return h.position
-        return self.size
+                return h
+        return None
 
-    def read(self, start_position: int, max_bytes: int, upper_bound_offset: int, min_one_batch: bool) -> bytes:
+    def read(self, start_position: int, max_bytes: int, upper_bound_offset: int,
+             min_one_batch: bool) -> tuple[bytes, int, int]:
         """Raw bytes of the whole batches from `start_position` (a batch start)
         whose last offset < `upper_bound_offset`, at most `max_bytes` unless
-        `min_one_batch` and the first batch alone is larger (KIP-74)."""
-        end = self.size
+        `min_one_batch` and the first batch alone is larger (KIP-74).
+        Returns (bytes, end position, offset of the next batch)."""
+        end, next_offset = self.size, self.next_offset
         if upper_bound_offset < self.next_offset:
             bound = self.translate_offset(upper_bound_offset, start_position)
             if bound is not None:
-                end = bound.position
+                end, next_offset = bound.position, bound.base_offset
         if end <= start_position:
-            return b""
+            return b"", start_position, next_offset
         limit = start_position + max(max_bytes, 0)
-        if limit >= end:
-            return os.pread(self.fd, end - start_position, start_position)
-        cut = self._boundary_at_or_below(limit, start_position)
-        if cut > start_position:
-            return os.pread(self.fd, cut - start_position, start_position)
-        if not min_one_batch:
-            return b""
-        first_size = struct.unpack(">i", os.pread(self.fd, 4, start_position + 8))[0] + LOG_OVERHEAD
-        return os.pread(self.fd, first_size, start_position)
+        if limit < end:
+            cut = self._boundary_at_or_below(limit, start_position)
+            if cut is not None and cut.position < end:
+                if cut.position > start_position:
+                    end, next_offset = cut.position, cut.base_offset
+                elif not min_one_batch:
+                    return b"", start_position, cut.base_offset
+                else:
+                    end, next_offset = cut.position + cut.size, cut.last_offset + 1
+        return os.pread(self.fd, end - start_position, start_position), end, next_offset
 
     def read_batch_header(self, position: int) -> Located:
         f = HEADER.unpack(os.pread(self.fd, HEADER_SIZE, position))

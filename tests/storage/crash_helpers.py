@@ -21,6 +21,8 @@ PRELUDE = textwrap.dedent('''
         state = {"left": n}
         def torn(fd, data):
             if state["left"] == 0:
+                if not isinstance(data, (bytes, bytearray, memoryview)):
+                    data = b"".join(bytes(d) for d in data)
                 mv = memoryview(data)
                 real(fd, mv[: int(len(mv) * fraction)])
                 print("TORN", len(mv), flush=True)

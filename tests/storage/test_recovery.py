@@ -64,6 +64,7 @@ def test_torn_tail_recovery_x17(tmp_path, events):
 def test_offset_index_is_rebuilt_identically_by_recovery(tmp_path):
     log = new_log(tmp_path / "t-0", index_interval_bytes=100)
     write_batches(log, [(5, 0)] * 40)
+    log.flush()
     idx = (tmp_path / "t-0" / "00000000000000000000.index").read_bytes()
     tidx = (tmp_path / "t-0" / "00000000000000000000.timeindex").read_bytes()
     assert len(idx) > 8 * 10

@@ -303,7 +303,16 @@ class Partition:
         new = self._clamp(leader_hw)
         if new != old:
             self._hw = new
+            if new < old:
+                self._emit("hw_move", now_ms, old, new,
+                           f"leader {self.leader_id} (epoch {self.leader_epoch}) reports HW {leader_hw}; "
+                           "a follower's HW is not monotonic (R3)", role=FOLLOWER)
         return old
+
+    def on_log_start_moved(self) -> None:
+        """H6: the log start moved (retention); a follower's HW is pushed up to it."""
+        if self.core is None:
+            self._hw = self._clamp(self._hw)
 
     def truncate_on_divergence(self, diverging_epoch: int, diverging_end: int, now_ms: int) -> tuple[int, bool]:
         """R4: truncate after the leader answered a diverging epoch. Returns

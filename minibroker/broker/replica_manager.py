@@ -408,11 +408,11 @@ class ReplicaManager:
             await asyncio.to_thread(self.log_manager.checkpoint_offsets)
 
     def _retention(self) -> None:
+        """Delete whole segments below the HW that breach retention (the log's rules)."""
         now = self.clock()
         for part in list(self._partitions.values()):
             if part.log.delete_old_segments(now, high_watermark=part.hw):
-                if part.log.log_start_offset > part.hw and part.core is None:
-                    part.update_follower_hw(part.log.log_start_offset, -1, now)
+                part.on_log_start_moved()
 
     # ================================================================ flushing
 
@@ -601,6 +601,10 @@ class ReplicaManager:
             if core is None:
                 return ReadResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
             hw, log_start = core.hw, part.log_start_offset           # F7: before side effects
+            if offset < log_start:
+                # The core is not told when retention moves the log start:
+                # check it here so its follower state never records such a fetch.
+                return ReadResult(ErrorCode.OFFSET_OUT_OF_RANGE, hw, log_start)
             err, div = part.divergence(offset, p["last_fetched_epoch"])
             if err != ErrorCode.NONE:
                 return ReadResult(err, hw, log_start)

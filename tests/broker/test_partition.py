@@ -179,11 +179,15 @@ def test_truncation_below_the_hw_is_named_in_the_event(tmp_path):
 
 
 def test_follower_hw_is_min_of_leader_hw_and_own_leo_and_may_drop(tmp_path):
-    f = make_partition(tmp_path, "f", 1, batches=[(0, 5, "x")], hw=4)
+    events: list[Event] = []
+    f = make_partition(tmp_path, "f", 1, events, batches=[(0, 5, "x")], hw=4)
     f.make_follower(rec(2, 1), NOW)
     f.update_follower_hw(9, 0, NOW)
     assert f.hw == 5
+    assert not [e for e in events if e.kind == "hw_move"]
     assert f.update_follower_hw(2, 0, NOW) == 5 and f.hw == 2     # a new leader may report less
+    (drop,) = [e for e in events if e.kind == "hw_move"]
+    assert (drop.before, drop.after) == (5, 2)
 
 
 def test_follower_follows_the_leaders_log_start_forward(tmp_path):

@@ -191,6 +191,18 @@ async def test_a_diverging_epoch_answer_holds_no_records_and_leaves_follower_sta
     assert broker.part().core.followers[2] == before
 
 
+async def test_follower_fetch_below_the_log_start_is_out_of_range_and_not_recorded(broker):
+    broker.setup(replicas=(1, 2))
+    await broker.produce([b"a", b"b", b"c"])
+    await broker.fetch([{"partition": 0, "fetch_offset": 3, "current_leader_epoch": 0}], replica_id=2)
+    broker.part().log.maybe_increment_log_start_offset(2)          # e.g. retention
+    before = broker.part().core.followers[2]
+    (e,) = entries(await broker.fetch([{"partition": 0, "fetch_offset": 1, "current_leader_epoch": 0}],
+                                      replica_id=2))
+    assert e["error"] == ErrorCode.OFFSET_OUT_OF_RANGE and e["log_start_offset"] == 2
+    assert broker.part().core.followers[2] == before
+
+
 async def test_parked_consumer_fetch_completes_at_max_wait_with_the_current_hw(broker):
     broker.setup()
     await broker.produce([b"a"])

@@ -73,6 +73,7 @@ class LogManager:
         """Open the data dir and recover every partition log in it (blocking).
         `topic_config(topic)` may supply per-topic configs at load time.
         Raises CorruptCheckpointError (naming the file) on a malformed checkpoint."""
+        fsutil.assert_off_event_loop("LogManager()")
         self.data_dir = os.path.abspath(data_dir)
         self.default_config = default_config or LogConfig()
         self._topic_config = topic_config
@@ -103,7 +104,6 @@ class LogManager:
                 recovery_point=recovery_points.get(tp, 0), log_start_offset=log_starts.get(tp, 0),
                 clean_shutdown=self.clean_shutdown, event_sink=self._sink, clock=self._clock)
         if self.clean_shutdown:
-            fsutil.assert_off_event_loop("LogManager()")
             os.unlink(self._marker)
             fsutil.fsync_dir(self.data_dir)
         self._closed = False

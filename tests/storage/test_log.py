@@ -528,3 +528,42 @@ def test_closed_log_refuses_appends(tmp_path):
     assert ei.value.code == ErrorCode.KAFKA_STORAGE_ERROR
     again = PartitionLog.open(str(tmp_path / "orders-0"), clean_shutdown=True)
     assert again.log_end_offset == 2 and again.load_info.batches_scanned == 0
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.one_of(
+    st.tuples(st.just("append"), st.integers(1, 6)),
+    st.tuples(st.just("read_next"), st.integers(0, 600)),
+    st.tuples(st.just("read_at"), st.integers(0, 10_000)),
+    st.tuples(st.just("truncate"), st.integers(0, 10_000)),
+    st.tuples(st.just("retain"), st.integers(0, 10_000)),
+), max_size=60))
+def test_sequential_read_hints_never_change_what_a_read_returns(tmp_path_factory, ops):
+    root = tmp_path_factory.mktemp("hints")
+    log = PartitionLog.open(str(root / "t-0"), LogConfig(segment_bytes=500, index_interval_bytes=64),
+                            clock=ManualClock())
+    cursor = 0
+    for op, arg in ops:
+        if op == "append":
+            log.append_as_leader(batch(arg, tag=log.log_end_offset), 0)
+            continue
+        if op == "truncate":
+            log.truncate_to(arg % (log.log_end_offset + 1))
+            continue
+        if op == "retain":
+            log.maybe_increment_log_start_offset(min(arg % (log.log_end_offset + 1), log.log_end_offset))
+            log.delete_old_segments()
+            continue
+        offset = cursor if op == "read_next" else arg % (log.log_end_offset + 1)
+        if not log.log_start_offset <= offset <= log.log_end_offset:
+            cursor = log.log_start_offset
+            continue
+        max_bytes = arg if op == "read_next" else 300
+        got = log.read(offset, max_bytes)
+        saved = dict(log._read_hints)
+        log._read_hints.clear()
+        assert log.read(offset, max_bytes) == got
+        log._read_hints = saved
+        if got:
+            cursor = list(scan_headers(got))[-1].last_offset + 1
+    abandon(log)

@@ -125,3 +125,27 @@ def test_manager_lifecycle_from_an_asyncio_broker(tmp_path):
     assert asyncio.run(main()) == 4
     m = LogManager(str(tmp_path))
     assert m.clean_shutdown and m.load_high_watermark("t", 0) == 5
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_restart_never_cuts_the_log_at_the_checkpointed_hw_s3(tmp_path, clean):
+    """KIP-101 scenario 1: the suffix above the local HW stays; only
+    divergence (truncate_to by the replication layer) may remove it."""
+    m = LogManager(str(tmp_path))
+    log = m.get_or_create("t", 0)
+    write_batches(log, [(3, 1)] * 4)
+    m.checkpoint_high_watermarks({("t", 0): 3})
+    if clean:
+        m.shutdown({("t", 0): 3})
+    else:
+        abandon(log)
+    m2 = LogManager(str(tmp_path))
+    assert m2.get("t", 0).log_end_offset == 12
+    assert m2.load_high_watermark("t", 0) == 3
+
+
+def test_manager_must_be_opened_off_the_event_loop(tmp_path):
+    async def main():
+        with pytest.raises(RuntimeError, match="event loop"):
+            LogManager(str(tmp_path))
+    asyncio.run(main())

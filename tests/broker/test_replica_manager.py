@@ -53,12 +53,13 @@ class NoPeers:
 
 
 class Broker:
-    def __init__(self, tmp_path, config: dict[str, str] | None = None) -> None:
+    def __init__(self, tmp_path, config: dict[str, str] | None = None, lm: LogManager | None = None,
+                 events: list[Event] | None = None) -> None:
         self.config = Config({**DEFAULTS, "node.id": "1", **(config or {})})
         self.image = MetadataImage(self.config)
-        self.events: list[Event] = []
+        self.events: list[Event] = events if events is not None else []
         self.controller = ScriptedController()
-        self.lm = LogManager(str(tmp_path / "data"), event_sink=self.events.append)
+        self.lm = lm or LogManager(str(tmp_path / "data"), event_sink=self.events.append)
         self.now = 1_000_000
         self.rm = ReplicaManager(node_id=1, config=self.config, log_manager=self.lm, image=self.image,
                                  alter_partition=self.controller, peers=NoPeers(),
@@ -107,9 +108,16 @@ class Broker:
         await self.rm.shutdown()
 
 
+async def make_broker(tmp_path, config: dict[str, str] | None = None) -> Broker:
+    """A Broker whose LogManager was opened off the event loop (it may fsync)."""
+    events: list[Event] = []
+    lm = await asyncio.to_thread(LogManager, str(tmp_path / "data"), event_sink=events.append)
+    return Broker(tmp_path, config, lm, events)
+
+
 @pytest.fixture
 async def broker(tmp_path):
-    b = Broker(tmp_path)
+    b = await make_broker(tmp_path)
     yield b
     await b.close()
 
@@ -272,7 +280,7 @@ async def test_acks_0_returns_nothing_and_acks_0_failure_aborts_the_connection(b
 
 
 async def test_fsync_before_ack_flushes_the_log_before_answering(tmp_path):
-    b = Broker(tmp_path, {"minibroker.fsync.before.ack": "true"})
+    b = await make_broker(tmp_path, {"minibroker.fsync.before.ack": "true"})
     try:
         b.setup(replicas=(1,))
         e = entries(await b.produce([b"a"], acks=1))[0]
@@ -336,7 +344,7 @@ async def test_fenced_broker_is_not_isr_eligible(broker):
 
 
 async def test_lesson_profile_commits_isr_changes_at_once_and_tells_the_controller(tmp_path):
-    b = Broker(tmp_path, {"minibroker.semantics": "lesson"})
+    b = await make_broker(tmp_path, {"minibroker.semantics": "lesson"})
     try:
         b.setup(replicas=(1, 2), isr=(1,))
         assert b.part().core.profile.name == "lesson"

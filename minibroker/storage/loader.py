@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from minibroker.storage.checkpoint import LEADER_EPOCH_FILE, LeaderEpochCheckpointFile
 from minibroker.storage.epoch_cache import LeaderEpochCache
 from minibroker.storage.segment import (
-    INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, parse_segment_name,
+    INDEX_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, parse_segment_name,
 )
 
 
@@ -146,4 +146,4 @@ def load_log(directory: str, index_interval_bytes: int, *, recovery_point: int,
     return LoadedLog(segments, cache, log_start_offset, rp, info, before_entries)
 
 
-__all__ = ["LoadInfo", "LoadedLog", "load_log", "LOG_SUFFIX"]
+__all__ = ["LoadInfo", "LoadedLog", "load_log"]

@@ -27,9 +27,9 @@ the recovery point; entries above it are rebuilt from the batches on
 recovery. The one thing a crash can lose is an election-time entry with no
 data after it, which Kafka's truncation rules make harmless.
 
-Events (`kind`, reason): `truncation` (truncate_to, truncate_fully_and_start_at,
-log-start moves and segment deletion; extra `side` is "end" or "start") and
-`recovery` (on open).
+Events (`kind`, reason): `truncation` (extra `side`: "end" for truncate_to,
+"full" for truncate_fully_and_start_at, "start" for log-start moves and
+segment deletion) and `recovery` (on opening an existing log).
 """
 from __future__ import annotations
 
@@ -108,6 +108,9 @@ class PartitionLog:
                                          if loaded.epoch_file_entries == self.epoch_cache.entries
                                          and os.path.exists(self._epoch_file.path) else -1)
         self._truncations = 0
+        # True when a truncation lowered the recovery point since the
+        # LogManager last checkpointed it (it rewrites the file promptly).
+        self.recovery_point_lowered = False
         # Where sequential readers will ask next: offset -> (segment, batch
         # start). Invariant: cleared whenever batches are removed, so every
         # hint names a live segment and a batch boundary in it.
@@ -181,7 +184,8 @@ class PartitionLog:
         """Becoming leader at `epoch`: add (epoch, LEO) to the epoch cache
         before any data (E2). Then persist it off the loop with
         `persist_epoch_cache()` (or let the next flush do it)."""
-        return self.epoch_cache.assign(epoch, self.log_end_offset)
+        with self._lock:
+            return self.epoch_cache.assign(epoch, self.log_end_offset)
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(largest epoch <= `epoch`, its end offset) per E3; (-1, -1) if unknown."""
@@ -326,6 +330,15 @@ class PartitionLog:
         per call. b"" when nothing qualifies (e.g. fetch_offset == LEO or at
         or above the bound). Raises KafkaError(OFFSET_OUT_OF_RANGE) when
         `fetch_offset` is outside [log_start_offset, LEO]."""
+        if self._closed:
+            self._check_open()
+        try:
+            return self._read(fetch_offset, max_bytes, upper_bound_offset, min_one_batch)
+        except OSError as exc:
+            raise fsutil.storage_error(self.directory, exc) from exc
+
+    def _read(self, fetch_offset: int, max_bytes: int, upper_bound_offset: int | None,
+              min_one_batch: bool) -> bytes:
         leo = self.log_end_offset
         if fetch_offset < self._log_start_offset or fetch_offset > leo:
             raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
@@ -398,7 +411,9 @@ class PartitionLog:
             actual = self._segments[-1].truncate_to(offset)
             self._log_start_offset = min(self._log_start_offset, actual)
             removed = self.epoch_cache.truncate_from_end(actual)
-            self._recovery_point = min(self._recovery_point, actual)
+            if actual < self._recovery_point:
+                self._recovery_point = actual
+                self.recovery_point_lowered = True
             if self._roll_flush_pending is not None and self._roll_flush_pending > actual:
                 self._roll_flush_pending = None
             self._truncations += 1
@@ -424,6 +439,7 @@ class PartitionLog:
             self._segments = [new]
             self._bases = [offset]
             self._log_start_offset = offset
+            self.recovery_point_lowered = self.recovery_point_lowered or offset < self._recovery_point
             self._recovery_point = offset
             self._roll_flush_pending = None
             self.epoch_cache.clear()

@@ -180,12 +180,19 @@ class LogManager:
 
     def checkpoint_offsets(self) -> None:
         """Write the recovery-point and log-start-offset checkpoints (blocking)."""
+        for log in self._logs.values():
+            log.recovery_point_lowered = False
         self._rp_file.write({tp: log.recovery_point for tp, log in self._logs.items()})
         self._ls_file.write({tp: log.log_start_offset for tp, log in self._logs.items()})
 
     def flush_due(self, now_ms: int | None = None) -> list[TopicPartition]:
         """The flusher task's body (blocking): flush every log whose policy
-        asks for it, and persist dirty epoch caches. Returns those flushed."""
+        asks for it, persist dirty epoch caches, and rewrite the offset
+        checkpoints if a truncation lowered a recovery point (so a crash
+        cannot trust unflushed bytes written after a truncation). Returns
+        the partitions flushed."""
+        if any(log.recovery_point_lowered for log in self._logs.values()):
+            self.checkpoint_offsets()
         flushed = []
         for tp, log in self.logs():
             if log.closed:

@@ -13,7 +13,6 @@ page cache; fsync happens only through `dup_fds()`, from a flush thread.
 from __future__ import annotations
 
 import os
-import struct
 from typing import Callable, Iterator, NamedTuple
 
 from minibroker.records import (
@@ -378,9 +377,6 @@ class LogSegment:
         if self.size < HEADER_SIZE:
             return None
         return self.read_batch_header(0).max_timestamp
-
-    def verify_crc_at(self, position: int, size: int) -> bool:
-        return batch_crc_ok(os.pread(self.fd, size, position), 0, size)
 
     # ------------------------------------------------------------ lifecycle
 

@@ -149,3 +149,18 @@ def test_manager_must_be_opened_off_the_event_loop(tmp_path):
         with pytest.raises(RuntimeError, match="event loop"):
             LogManager(str(tmp_path))
     asyncio.run(main())
+
+
+def test_truncation_below_the_recovery_point_is_checkpointed_by_the_next_flusher_pass(tmp_path):
+    m = LogManager(str(tmp_path), LogConfig(segment_bytes=400))
+    log = m.get_or_create("t", 0)
+    write_batches(log, [(3, 0)] * 12)
+    log.flush()
+    m.checkpoint_offsets()
+    rp_file = OffsetCheckpointFile(str(tmp_path / "recovery-point-offset-checkpoint"))
+    assert rp_file.read() == {("t", 0): 36}
+    log.truncate_to(10)
+    assert log.recovery_point_lowered
+    m.flush_due()
+    assert rp_file.read() == {("t", 0): 9}
+    assert not log.recovery_point_lowered

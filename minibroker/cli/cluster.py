@@ -142,13 +142,16 @@ def _fault(name: str, doc: str):
     def cmd(data_dir: str | None, broker: int) -> None:
         c = LocalCluster.load(_dir(data_dir))
         getattr(c, name)(broker)
-        click.echo(f"{name}: broker {broker}" + (f" ({c.layout.broker(broker).address})" if broker else ""))
+        click.echo(f"{name}: " + (f"broker {broker} ({c.layout.broker(broker).address})" if broker
+                                  else f"controller ({c.controller_address})"))
     return cmd
 
 
-_fault("kill", "SIGKILL a broker (no controlled shutdown).")
-_fault("pause", "SIGSTOP a broker: frozen, sockets open, silent.")
-_fault("resume", "SIGCONT a paused broker.")
+_fault("kill", "SIGKILL a broker (no controlled shutdown). BROKER 0 is the controller.")
+_fault("stop", "Clean shutdown of a broker (SIGTERM: controlled shutdown); it stays down. "
+               "BROKER 0 is the controller.")
+_fault("pause", "SIGSTOP a broker: frozen, sockets open, silent. BROKER 0 is the controller.")
+_fault("resume", "SIGCONT a paused broker (0: the controller).")
 _fault("isolate", "Cut a broker off from the controller and the other brokers, both ways "
                   "(clients still reach it). BROKER 0 isolates the controller.")
 
@@ -158,10 +161,10 @@ _fault("isolate", "Cut a broker off from the controller and the other brokers, b
 @click.argument("broker", type=int, required=False)
 @handle_errors
 def heal(data_dir: str | None, broker: int | None) -> None:
-    """Restore the network paths of BROKER (every cut path if omitted)."""
+    """Restore the network paths of BROKER (every cut path if omitted; 0: the controller's)."""
     c = LocalCluster.load(_dir(data_dir))
     c.heal(broker)
-    click.echo(f"heal: {'broker ' + str(broker) if broker is not None else 'all paths'}")
+    click.echo("heal: " + ("all paths" if broker is None else "controller" if broker == 0 else f"broker {broker}"))
 
 
 @cluster.command()
@@ -171,9 +174,10 @@ def heal(data_dir: str | None, broker: int | None) -> None:
 @click.option("--wait/--no-wait", default=True, show_default=True, help="Wait until the broker is RUNNING again.")
 @handle_errors
 def restart(data_dir: str | None, broker: int, hard: bool, wait: bool) -> None:
-    """Restart a broker with the same config (also starts a killed one)."""
+    """Restart a broker with the same config (also starts a killed one). BROKER 0 is the controller
+    (--wait then waits until every broker is RUNNING again)."""
     c = LocalCluster.load(_dir(data_dir))
     c.restart(broker, hard=hard)
     if wait:
-        run_async(c.wait_running(60, [broker]))
-    click.echo(f"restart: broker {broker} {'RUNNING' if wait else 'started'}")
+        run_async(c.wait_running(60, [broker] if broker else None))
+    click.echo(f"restart: {'broker ' + str(broker) if broker else 'controller'} {'RUNNING' if wait else 'started'}")

@@ -452,7 +452,20 @@ class LocalCluster:
     # -- faults -------------------------------------------------------------------------
 
     def _broker_name(self, broker: int) -> str:
-        return self.layout.broker(broker).name
+        """The process name of node `broker`; 0 (CONTROLLER_ID) is the controller."""
+        if broker == CONTROLLER_ID:
+            return "controller"
+        try:
+            return self.layout.broker(broker).name
+        except KeyError as exc:
+            raise ClusterError(str(exc.args[0])) from None
+
+    def stop(self, broker: int, timeout_s: float = 30.0) -> None:
+        """Clean shutdown (SIGTERM: a broker runs its controlled shutdown); it stays down."""
+        name = self._broker_name(broker)
+        if not self._alive(name):
+            raise ClusterError(f"{name} is not running")
+        self.stop_process(name, timeout_s)
 
     def kill(self, broker: int) -> None:
         """SIGKILL: no controlled shutdown, no clean-shutdown marker (KIP-966 unclean)."""

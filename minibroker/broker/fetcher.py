@@ -219,11 +219,12 @@ class ReplicaFetcher:
         appended: list[Partition] = []
         progress: list[tuple[Partition, int, int]] = []
         out_of_range: list[FetchState] = []
+        unanswered = dict(sent)
         for t in resp.get("topics", ()):
             topic = t["topic"]
             for e in t["partitions"]:
                 key = (topic, e["partition"])
-                st = sent.get(key)
+                st = unanswered.pop(key, None)
                 if st is None or self._states.get(key) is not st:
                     continue            # removed or restarted while the request was in flight
                 part = st.partition
@@ -260,6 +261,10 @@ class ReplicaFetcher:
                                      f"{st.leader_epoch}: stop fetching until newer metadata (R7)")
                 else:
                     self._partition_error(st, code, now, e.get("message", ""))
+        for key, st in unanswered.items():
+            if self._states.get(key) is st:
+                self._partition_error(st, ErrorCode.UNKNOWN_SERVER_ERROR, now,
+                                      "the leader's answer left this partition out")
         if appended:
             await self.hooks.flush(appended)
         for part, old_hw, n in progress:

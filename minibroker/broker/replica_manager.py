@@ -323,6 +323,7 @@ class ReplicaManager:
         pending = core.pending
         if pending is None or self._closed:
             return
+        core.broker_epoch = self.broker_epoch()       # this incarnation, if we re-registered (I5)
         items = [{"broker_id": b, "broker_epoch": e} for b, e in core.isr_with_broker_epochs(pending.isr)]
         self._spawn(self._alter_partition(part, core, pending, items))
 
@@ -362,6 +363,7 @@ class ReplicaManager:
         not fed back: a refusal shows up as metadata overriding our ISR (I7)."""
         if self._closed:
             return
+        core.broker_epoch = self.broker_epoch()
         items = [{"broker_id": b, "broker_epoch": e} for b, e in core.isr_with_broker_epochs(core.isr)]
 
         async def send() -> None:

@@ -238,3 +238,14 @@ async def test_answer_for_a_restarted_partition_is_dropped(tmp_path, events):
     await until(lambda: len(conn.requests) >= 2)
     await fm.shutdown()
     assert part.leo == 0
+
+
+async def test_a_partition_left_out_of_the_answer_backs_off_instead_of_spinning(tmp_path, events):
+    part = follower(tmp_path)
+    conn = ScriptedLeader(lambda api, body: {"error": 0, "topics": []})
+    fm = manager(conn, Hooks(), events)
+    st = fm.add(part, 1, 5)
+    await until(lambda: st.backoff_until_ms == 60_000)
+    await asyncio.sleep(0.02)
+    assert len(conn.fetches()) == 1
+    await fm.shutdown()

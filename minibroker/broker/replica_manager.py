@@ -180,7 +180,7 @@ class ReplicaManager:
         """Triggered when metadata removed a topic: stop and delete its replicas."""
         for rec in partitions:
             part = self._partitions.get(rec.key)
-            if part is not None:
+            if part is not None and rec.key not in self.image.partitions:
                 self._stop_replica(part, now_ms, f"topic {rec.topic} deleted", delete=True)
 
     def _on_brokers(self, brokers: list[BrokerRecord], now_ms: int) -> None:
@@ -518,26 +518,34 @@ class ReplicaManager:
             elif flushes:
                 await self._flush_all(flushes)
             return None
+        flush_errors: list[tuple[dict, int, str]] = []
         try:
             if flushes:
-                await self._flush_all(flushes)
+                flush_errors = await self._flush_all(flushes)
             if delayed is not None:
                 await delayed.wait(body["timeout_ms"])
         finally:
             for core, w in registered:
                 if not w.done:
                     core.remove_waiter(w)
+        for entry, code, message in flush_errors:          # not acknowledged if not on disk
+            entry["error"], entry["message"] = code, message
         return {"topics": topics_out}
 
-    async def _flush_all(self, flushes: list[tuple[Partition, int, dict]]) -> None:
+    async def _flush_all(self, flushes: list[tuple[Partition, int, dict]]) -> list[tuple[dict, int, str]]:
+        """fsync before acknowledging (minibroker.fsync.before.ack); returns the
+        entries whose flush failed, with KAFKA_STORAGE_ERROR."""
+        errors: list[tuple[dict, int, str]] = []
+
         async def one(part: Partition, offset: int, entry: dict) -> None:
             try:
                 await self._flush_through(part, offset)
             except KafkaError as exc:
-                entry["error"], entry["message"] = int(exc.code), exc.message
+                errors.append((entry, int(exc.code), exc.message))
             except OSError as exc:
-                entry["error"], entry["message"] = int(ErrorCode.KAFKA_STORAGE_ERROR), str(exc)
+                errors.append((entry, int(ErrorCode.KAFKA_STORAGE_ERROR), str(exc)))
         await asyncio.gather(*(one(*f) for f in flushes))
+        return errors
 
     def _not_hosted_error(self, key: PartitionKey) -> ErrorCode:
         """P2: a known partition without a local leader replica is

@@ -228,9 +228,11 @@ class HostCli:
         return [row for row in map(PartitionRow.parse, out.splitlines()) if row is not None]
 
     def produce(self, topic: str, values: Sequence[str], *, bootstrap: str,
+                properties: dict[str, str] | None = None,
                 timeout: float = 180) -> subprocess.CompletedProcess[str]:
         """acks=all; exit status 0 iff every record was acknowledged."""
-        return self("produce", "--topic", topic, "--acks", "all", bootstrap=bootstrap,
+        props = [arg for k, v in (properties or {}).items() for arg in ("--producer-property", f"{k}={v}")]
+        return self("produce", "--topic", topic, "--acks", "all", *props, bootstrap=bootstrap,
                     input="".join(v + "\n" for v in values), timeout=timeout, check=False)
 
     def consume_all(self, topic: str, *, bootstrap: str) -> list[str]:

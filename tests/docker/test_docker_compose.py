@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
+from typing import Callable
 
 import pytest
 
@@ -102,6 +103,12 @@ def test_compose_cluster_survives_follower_and_leader_kills(project: ComposeProj
         assert len(rows) == 1, rows
         return rows[0]
 
+    def wait_for(condition: Callable[[PartitionRow], bool], what: str, timeout: float) -> PartitionRow:
+        def probe() -> PartitionRow | None:
+            row = orders()
+            return row if condition(row) else None
+        return wait_until(probe, timeout=timeout, what=what)
+
     def produce_acked(label: str, n: int = 10) -> None:
         values = [f"{label}-{i}" for i in range(n)]
         attempted.extend(values)
@@ -125,8 +132,8 @@ def test_compose_cluster_survives_follower_and_leader_kills(project: ComposeProj
 
         cli.create_topic("orders", partitions=1, replication_factor=3, min_isr=2,
                          bootstrap="localhost:19092")
-        start = wait_until(lambda: (r := orders()).leader is not None and set(r.isr) == {1, 2, 3} and r,
-                           timeout=30, what="orders to have a leader and a full ISR")
+        start = wait_for(lambda r: r.leader is not None and set(r.isr) == {1, 2, 3},
+                         "orders to have a leader and a full ISR", timeout=30)
         step(f"created: {start}")
         produce_acked("isr3")
 
@@ -136,21 +143,24 @@ def test_compose_cluster_survives_follower_and_leader_kills(project: ComposeProj
 
         kill(first)
         t = time.monotonic()
-        shrunk = wait_until(lambda: (r := orders()) if first not in r.isr else None,
-                            timeout=SESSION_TIMEOUT_S + FENCING_SLACK_S, what=f"broker {first} to leave the ISR")
+        shrunk = wait_for(lambda r: first not in r.isr, f"broker {first} to leave the ISR",
+                          timeout=SESSION_TIMEOUT_S + FENCING_SLACK_S)
         step(f"killed broker-{first}: ISR shrank in {time.monotonic() - t:.1f}s: {shrunk}")
         assert set(shrunk.isr) == {leader, second} and shrunk.leader == leader
         produce_acked("isr2")
 
         kill(second)
         t = time.monotonic()
-        alone = wait_until(lambda: (r := orders()) if second not in r.isr else None,
-                           timeout=SESSION_TIMEOUT_S + FENCING_SLACK_S, what=f"broker {second} to leave the ISR")
+        alone = wait_for(lambda r: second not in r.isr, f"broker {second} to leave the ISR",
+                         timeout=SESSION_TIMEOUT_S + FENCING_SLACK_S)
         step(f"killed broker-{second}: ISR shrank in {time.monotonic() - t:.1f}s: {alone}")
         assert set(alone.isr) == {leader} and alone.leader == leader
         rejected = [f"isr1-{i}" for i in range(5)]
         attempted.extend(rejected)
-        proc = cli.produce("orders", rejected, bootstrap=bootstrap())
+        # NOT_ENOUGH_REPLICAS is retriable: with the producer's default retries the
+        # record would only expire after delivery.timeout.ms (2 min). Three retries
+        # is kafka-console-producer's --message-send-max-retries default.
+        proc = cli.produce("orders", rejected, bootstrap=bootstrap(), properties={"retries": "3"})
         step(f"produce at ISR=1: exit {proc.returncode}")
         assert proc.returncode != 0 and NOT_ENOUGH_REPLICAS.search(proc.stdout + proc.stderr), \
             f"expected NOT_ENOUGH_REPLICAS:\n{proc.stdout}{proc.stderr}"
@@ -158,8 +168,7 @@ def test_compose_cluster_survives_follower_and_leader_kills(project: ComposeProj
         project("start", f"broker-{first}", f"broker-{second}")
         alive |= {first, second}
         t = time.monotonic()
-        whole = wait_until(lambda: (r := orders()) if set(r.isr) == {1, 2, 3} else None,
-                           timeout=90, what="the ISR to be whole again")
+        whole = wait_for(lambda r: set(r.isr) == {1, 2, 3}, "the ISR to be whole again", timeout=90)
         step(f"restarted both: ISR whole in {time.monotonic() - t:.1f}s: {whole}")
         produce_acked("healed")
 
@@ -168,8 +177,8 @@ def test_compose_cluster_survives_follower_and_leader_kills(project: ComposeProj
         expected = next(b for b in before.replicas if b in before.isr and b != before.leader)
         kill(before.leader)
         t = time.monotonic()
-        after = wait_until(lambda: (r := orders()) if r.leader not in (None, before.leader) else None,
-                           timeout=SESSION_TIMEOUT_S + FENCING_SLACK_S, what="a new leader")
+        after = wait_for(lambda r: r.leader not in (None, before.leader), "a new leader",
+                         timeout=SESSION_TIMEOUT_S + FENCING_SLACK_S)
         step(f"killed leader broker-{before.leader}: new leader in {time.monotonic() - t:.1f}s: {after}")
         assert after.leader_epoch > before.leader_epoch
         assert after.leader == expected, "the first in-sync replica in replica order leads"

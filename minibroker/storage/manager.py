@@ -128,7 +128,7 @@ class LogManager:
                 log.update_config(config)
             return log
         directory = os.path.join(self.data_dir, partition_dir_name(topic, partition))
-        log = PartitionLog(directory, config or self.default_config, clean_shutdown=True,
+        log = PartitionLog(directory, config or self.default_config, clean_shutdown=False,
                            event_sink=self._sink, clock=self._clock)
         self._logs[tp] = log
         return log

@@ -22,9 +22,11 @@ import bisect
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from minibroker.errors import ErrorCode, KafkaError
+from minibroker.broker.tail import TailCache
+from minibroker.errors import ErrorCode
 from minibroker.events import Event, EventSink
 from minibroker.metadata import NO_LEADER, PartitionRecord
+from minibroker.records import stamp
 from minibroker.replication import Decision, PartitionLeader, Profile, truncation_offset
 
 LEADER = "leader"
@@ -122,6 +124,7 @@ class Partition:
         self.core: PartitionLeader | None = None
         self._hw = self._clamp(hw)
         self.tracker = ByteTracker(log.log_end_offset)
+        self.tail = TailCache()
         self.last_fetch_error: ErrorCode | None = None
 
     # ------------------------------------------------------------ queries
@@ -241,6 +244,7 @@ class Partition:
         res = self.log.append_as_leader(records, core.leader_epoch, now_ms=now_ms)
         next_offset = res.last_offset + 1
         self.tracker.on_append(next_offset, len(records))
+        self.tail.on_append(res.first_offset, next_offset, stamp(records, res.first_offset, core.leader_epoch))
         return res.first_offset, res.last_offset, core.on_append(next_offset, now_ms)
 
     # ------------------------------------------------------------ leader: fetch
@@ -260,9 +264,15 @@ class Partition:
         return ErrorCode.NONE, None
 
     def read(self, fetch_offset: int, max_bytes: int, limit: int, min_one: bool) -> bytes:
-        """Whole batches from `fetch_offset` below `limit` (HW or LEO).
-        Raises KafkaError(OFFSET_OUT_OF_RANGE) outside [log start, LEO]."""
-        return self.log.read(fetch_offset, max_bytes, limit, min_one_batch=min_one)
+        """Whole batches from `fetch_offset` below `limit` (HW or LEO): from
+        the tail cache when it holds them, else from the log. Raises
+        KafkaError(OFFSET_OUT_OF_RANGE) outside [log start, LEO]."""
+        lg = self.log
+        if lg.log_start_offset <= fetch_offset < limit <= lg.log_end_offset:
+            cached = self.tail.read(fetch_offset, max_bytes, limit)
+            if cached is not None:
+                return cached
+        return lg.read(fetch_offset, max_bytes, limit, min_one_batch=min_one)
 
     def readable_bytes(self, fetch_offset: int, limit: int) -> int | None:
         return self.tracker.bytes_between(fetch_offset, limit)
@@ -289,8 +299,10 @@ class Partition:
         Raises UnexpectedAppendOffset / KafkaError(CORRUPT_MESSAGE)."""
         if not records:
             return 0
+        first = self.log.log_end_offset
         last = self.log.append_as_follower(records, now_ms=now_ms)
         self.tracker.on_append(last + 1, len(records))
+        self.tail.on_append(first, last + 1, bytes(records))
         return len(records)
 
     def update_follower_hw(self, leader_hw: int, leader_log_start: int, now_ms: int) -> int:
@@ -333,6 +345,7 @@ class Partition:
             reason += f" (below HW {hw})"
         new_leo = self.log.truncate_to(offset, reason=reason)
         self.tracker.truncate(new_leo)
+        self.tail.truncate(new_leo)
         if self._hw > new_leo:
             self._hw = new_leo
         return new_leo
@@ -341,6 +354,7 @@ class Partition:
         """R6: the leader's log starts beyond our LEO: restart empty at `offset`."""
         self.log.truncate_fully_and_start_at(offset, reason=reason)
         self.tracker.reset(offset)
+        self.tail.clear()
         self._hw = offset
 
     # ------------------------------------------------------------ events

@@ -660,6 +660,11 @@ class ControllerChannel:
                                               int(resp["next_offset"]))
             except (KafkaError, MetadataError, KeyError, TypeError, ValueError) as exc:
                 self.metadata_errors += 1
+                if isinstance(exc, KafkaError) and exc.code is ErrorCode.REQUEST_TIMED_OUT and backoff.first:
+                    # The long-poll outlived its timeout (e.g. the process was paused): the
+                    # connection is already dropped; ask again at once rather than serve stale metadata.
+                    backoff.step()
+                    continue
                 lvl, delay = backoff.level(), backoff.step()
                 log.log(lvl, "metadata fetch from offset %d failed (%s); retrying in %d ms",
                         body["from_offset"], exc, delay)

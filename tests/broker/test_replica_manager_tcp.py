@@ -609,3 +609,22 @@ async def test_consumer_long_poll_wakes_on_the_hw_move_not_on_the_append(cluster
     cluster.controller.publish(rec, to=[2])                                 # follower fetches: HW moves
     e = p0(await parked)
     assert values(e["records"]) == [b"v"] and e["high_watermark"] == 1
+
+
+async def test_one_fetcher_per_leader_carries_every_partition_between_the_two_brokers(cluster):
+    cluster.node(1)
+    cluster.node(2)
+    cluster.node(3)
+    await cluster.start(1, 2, 3)
+    cluster.assign((1, 2), 1, partition=0)
+    cluster.assign((1, 2), 1, partition=1)
+    cluster.assign((3, 2), 3, partition=2)
+    prod1, prod3 = await cluster.client(1), await cluster.client(3)
+    for p in (0, 1):
+        assert p0(await prod1.request(ApiKey.PRODUCE, produce_body([f"p{p}".encode()], partition=p)))["error"] == 0
+    assert p0(await prod3.request(ApiKey.PRODUCE, produce_body([b"p2"], partition=2)))["error"] == 0
+    fetchers = cluster.nodes[2].rm.fetchers.fetchers()
+    assert sorted(fetchers) == [1, 3] and len(fetchers[1]) == 2 and len(fetchers[3]) == 1
+    n2 = cluster.nodes[2]
+    await until(lambda: all(n2.part(p).hw == 1 for p in (0, 1, 2)), what="all three followed")
+    assert [values(log_bytes(n2.part(p).log)) for p in (0, 1, 2)] == [[b"p0"], [b"p1"], [b"p2"]]

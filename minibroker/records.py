@@ -383,6 +383,24 @@ def validate_batches(buf: bytes | bytearray | memoryview, *,
     return BatchesInfo(len(headers), records, offsets, first_ts, max_ts, end, tuple(headers))
 
 
+def single_producer_batch(buf: bytes | bytearray | memoryview,
+                          max_message_bytes: int | None = None) -> tuple[int, int, int] | None:
+    """Fast path of `validate_batches` for the common produce payload: when
+    `buf` is exactly one valid client batch, return (size, last_offset_delta,
+    max_timestamp); otherwise None (call `validate_batches` for the verdict)."""
+    if len(buf) < HEADER_SIZE:
+        return None
+    (base, length, _epoch, magic, crc, attrs, lod, _fts, mts, _pid, _pep, _seq,
+     count) = HEADER.unpack_from(buf, 0)
+    size = length + LOG_OVERHEAD
+    if (size != len(buf) or base != 0 or magic != MAGIC or attrs & ~KNOWN_ATTRIBUTES
+            or count < 1 or count != lod + 1
+            or (max_message_bytes is not None and size > max_message_bytes)
+            or crc32c(memoryview(buf)[CRC_START:]) != crc):
+        return None
+    return size, lod, mts
+
+
 def stamp_into(buf: bytearray, headers: Iterable[BatchHeader], base_offset: int, leader_epoch: int) -> int:
     """Write consecutive base offsets and `leader_epoch` into the given batches
     of `buf`, in place. Returns the next offset after the last batch."""
@@ -392,6 +410,11 @@ def stamp_into(buf: bytearray, headers: Iterable[BatchHeader], base_offset: int,
         pack(buf, h.position, offset, h.size - LOG_OVERHEAD, leader_epoch)
         offset += h.last_offset_delta + 1
     return offset
+
+
+def stamp_prefix(base_offset: int, size: int, leader_epoch: int) -> bytes:
+    """The first 16 bytes of a stamped batch: base offset, length, epoch."""
+    return _FRAME.pack(base_offset, size - LOG_OVERHEAD, leader_epoch)
 
 
 def stamp_chunks(buf: bytes | bytearray | memoryview, headers: Iterable[BatchHeader], base_offset: int,

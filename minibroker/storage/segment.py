@@ -225,11 +225,13 @@ class LogSegment:
 
     # ------------------------------------------------------------ writing
 
-    def append(self, data: fsutil.Buffer | list[fsutil.Buffer], batches: list[AppendedBatch],
+    def append(self, data: fsutil.Buffer | list[fsutil.Buffer], batches: list[tuple[int, int, int, int]],
                next_offset: int, size: int | None = None) -> None:
         """Append whole batches (already stamped; one buffer, or a list of
-        buffers of `size` bytes in all, for writev) and index them. On an I/O
-        error the file is cut back and KafkaError(KAFKA_STORAGE_ERROR) raised."""
+        buffers of `size` bytes in all, for writev) and index them. `batches`
+        holds an AppendedBatch (position in `data`, size, last offset, max
+        timestamp) per batch. On an I/O error the file is cut back and
+        KafkaError(KAFKA_STORAGE_ERROR) raised."""
         start = self.size
         if size is None:
             size = len(data) if isinstance(data, (bytes, bytearray, memoryview)) else sum(len(d) for d in data)
@@ -238,12 +240,16 @@ class LogSegment:
         try:
             fsutil.write_all(self.fd, data)
             max_ts = self.max_timestamp
-            for b in batches:
-                if b.max_timestamp > max_ts:
-                    max_ts = b.max_timestamp
+            for position, bsize, last_offset, batch_max_ts in batches:
+                if batch_max_ts > max_ts:
+                    max_ts = batch_max_ts
                 if self.first_batch_timestamp is None:
-                    self.first_batch_timestamp = b.max_timestamp
-                self._index_batch(start + b.position, b.size, b.last_offset, max_ts)
+                    self.first_batch_timestamp = batch_max_ts
+                if self._bytes_since_index > self.index_interval_bytes:
+                    self.index.append(last_offset, start + position)
+                    self.time_index.maybe_append(max_ts, last_offset)
+                    self._bytes_since_index = 0
+                self._bytes_since_index += bsize
         except OSError as exc:
             self.max_timestamp, self.first_batch_timestamp, self._bytes_since_index = saved
             try:

@@ -554,6 +554,15 @@ class LocalCluster:
     def unblock(self, src: int, dst: int) -> None:
         self._proxy({"op": "unblock", "src": src, "dst": dst})
 
+    def hold(self, src: int, dst: int, direction: str = "both") -> None:
+        """Delay one path without cutting it: bytes in `direction` ("requests" from src to
+        dst, "responses" back, or "both") are buffered in the proxy until `release`."""
+        self._proxy({"op": "hold", "src": src, "dst": dst, "direction": direction})
+
+    def release(self, src: int, dst: int) -> None:
+        """Deliver what a hold kept back, in order, and stop holding."""
+        self._proxy({"op": "release", "src": src, "dst": dst})
+
     # -- helpers for tests and the CLI -------------------------------------------------------
 
     def log_tail(self, name: str, lines: int = 20) -> str:

@@ -6,13 +6,19 @@ route, and the set of blocked (src, dst) pairs. A blocked route refuses
 new connections (accepted and reset at once) and its live connections are
 aborted when the block starts, so both sides see the path die, as with a
 partition that outlasts TCP timeouts. `isolate(n)` blocks every route from
-or to node n; `heal(n)` lifts them.
+or to node n; `heal(n)` lifts them. A held route keeps its connections but
+stops delivering one direction (`requests`: from src to dst, `responses`:
+back), buffering the bytes until `release`, as a path that delays packets
+without dropping them; new connections on it are held the same way.
 
 Control: newline-delimited JSON on `proxy_control`
   {"op": "isolate"|"heal", "node": N}
   {"op": "block"|"unblock", "src": A, "dst": B}
+  {"op": "hold", "src": A, "dst": B, "direction": "requests"|"responses"|"both"}
+  {"op": "release", "src": A, "dst": B}
   {"op": "status"}
-each answered with {"ok": true, "blocked": [[src, dst], ...], "connections": {route: n}}
+each answered with {"ok": true, "blocked": [[src, dst], ...], "held": [[src, dst, direction], ...],
+"connections": {route: n}}
 or {"ok": false, "error": "..."}.
 
 Run as a process: `python -m minibroker.testing.proxy STATE_FILE`.
@@ -54,6 +60,7 @@ class _Side(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer: "_Side | None" = None
         self.early: list[bytes] = []     # read before the peer connected (some loops read before resume)
+        self.held: list[bytes] = []      # read while the route holds this side's direction
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -62,11 +69,25 @@ class _Side(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         transport.set_write_buffer_limits(high=HIGH_WATER)  # type: ignore[attr-defined]
 
+    @property
+    def direction(self) -> str:
+        """What this side reads: requests (the src's side) or responses (the dst's side)."""
+        return "requests" if self is self.pipe.inbound else "responses"
+
     def data_received(self, data: bytes) -> None:
-        if self.peer is not None and self.peer.transport is not None:
+        if self.held or self.pipe.proxy.is_held(self.pipe.route, self.direction):
+            self.held.append(data)
+        elif self.peer is not None and self.peer.transport is not None:
             self.peer.transport.write(data)
         else:
             self.early.append(data)
+
+    def release(self) -> None:
+        """Deliver what was held, in order (the peer must be connected)."""
+        if self.held and self.peer is not None and self.peer.transport is not None:
+            for chunk in self.held:
+                self.peer.transport.write(chunk)
+            self.held.clear()
 
     def pause_writing(self) -> None:
         if self.peer is not None and self.peer.transport is not None:
@@ -103,8 +124,13 @@ class _Pipe:
             return
         assert self.inbound.transport is not None and self.outbound.transport is not None
         for chunk in self.inbound.early:
-            self.outbound.transport.write(chunk)
+            if self.proxy.is_held(self.route, "requests"):
+                self.inbound.held.append(chunk)
+            else:
+                self.outbound.transport.write(chunk)
         self.inbound.early.clear()
+        if not self.proxy.is_held(self.route, "requests"):
+            self.inbound.release()
         self.inbound.transport.resume_reading()
 
     def close(self, abort: bool = False) -> None:
@@ -153,12 +179,14 @@ class _Acceptor(asyncio.Protocol):
 
 
 class FaultProxy:
-    """Invariant: no pipe in `pipes[r]` exists while route r is blocked."""
+    """Invariant: no pipe in `pipes[r]` exists while route r is blocked; a side
+    holds bytes only while its direction of its route is held (or until released)."""
 
     def __init__(self, routes: tuple[Route, ...] | list[Route]) -> None:
         self.routes = {r.name: r for r in routes}
         self.pipes: dict[str, set[_Pipe]] = {r.name: set() for r in routes}
         self.blocked: set[tuple[int, int]] = set()
+        self.held: dict[tuple[int, int], set[str]] = {}
         self._servers: list[asyncio.base_events.Server] = []
         self._tasks: set[asyncio.Task] = set()
 
@@ -169,6 +197,9 @@ class FaultProxy:
 
     def is_blocked(self, route: Route) -> bool:
         return (route.src, route.dst) in self.blocked
+
+    def is_held(self, route: Route, direction: str) -> bool:
+        return direction in self.held.get((route.src, route.dst), ())
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -190,6 +221,24 @@ class FaultProxy:
             self.blocked.discard((src, dst))
             log.info("b%s->%s: restored", src, dst)
 
+    def hold(self, src: int, dst: int, direction: str = "both") -> None:
+        if direction not in ("requests", "responses", "both"):
+            raise ValueError(f"direction: expected requests, responses or both, got {direction!r}")
+        if not any((r.src, r.dst) == (src, dst) for r in self.routes.values()):
+            raise ValueError(f"no route {src}->{dst}")
+        dirs = {"requests", "responses"} if direction == "both" else {direction}
+        self.held.setdefault((src, dst), set()).update(dirs)
+        log.info("b%s->%s: holding %s", src, dst, direction)
+
+    def release(self, src: int, dst: int) -> None:
+        self.held.pop((src, dst), None)
+        for r in self.routes.values():
+            if (r.src, r.dst) == (src, dst):
+                for pipe in list(self.pipes[r.name]):
+                    pipe.inbound.release()
+                    pipe.outbound.release()
+        log.info("b%s->%s: released", src, dst)
+
     def _pairs_of(self, node: int) -> list[tuple[int, int]]:
         return sorted({(r.src, r.dst) for r in self.routes.values() if node in (r.src, r.dst)})
 
@@ -206,6 +255,7 @@ class FaultProxy:
 
     def status(self) -> dict[str, Any]:
         return {"ok": True, "blocked": sorted([list(p) for p in self.blocked]),
+                "held": sorted([[s, d, x] for (s, d), xs in self.held.items() for x in sorted(xs)]),
                 "connections": {name: len(p) for name, p in self.pipes.items()}}
 
     def handle(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -219,6 +269,10 @@ class FaultProxy:
                 self.block(int(req["src"]), int(req["dst"]))
             elif op == "unblock":
                 self.unblock(int(req["src"]), int(req["dst"]))
+            elif op == "hold":
+                self.hold(int(req["src"]), int(req["dst"]), str(req.get("direction", "both")))
+            elif op == "release":
+                self.release(int(req["src"]), int(req["dst"]))
             elif op != "status":
                 return {"ok": False, "error": f"unknown op {op!r}"}
         except (KeyError, ValueError, TypeError) as exc:

@@ -15,6 +15,7 @@ from minibroker.cli.offsets import offsets
 from minibroker.cli.process import broker, controller, trace
 from minibroker.cli.produce import produce
 from minibroker.cli.topics import topics
+from minibroker.cli.verify import verify
 from minibroker.cli.watch import watch
 
 
@@ -24,7 +25,8 @@ def cli() -> None:
     """minibroker: a Kafka-style replicated broker for learning and testing Kafka's replication."""
 
 
-for command in (topics, produce, consume, offsets, leader_election, watch, health, cluster, controller, broker, trace):
+for command in (topics, produce, consume, offsets, leader_election, watch, health, cluster, controller, broker, trace,
+                verify):
     cli.add_command(command)
 
 

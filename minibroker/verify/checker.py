@@ -11,8 +11,16 @@ reports the violations Kafka's replication system tests look for:
   failed_read   records whose produce failed *definitely* (before append) but
                 were read anyway (I7)
   divergent     the same offset holding different batches on two replicas
-  hw_regressed  a consumer saw a partition's HW move backwards on one replica
-                stream (I3)
+  inconsistent  one (partition, offset) read with two different values, by
+                any reader at any time (Jepsen's inconsistent-offsets)
+  vanished      a value a live reader got during the run (so it was below
+                some HW: committed) that the final read from offset 0 lacks
+  unconverged   replicas that never reached their leader's LEO, so could not
+                be compared (a liveness failure, I6)
+
+`notes` carry what is worth knowing but is not a violation (consumer
+position resets, HW seen going down after a leader change, records that
+were lost but are still in some replica's files).
 
 It must not know how the records were produced or read.
 """
@@ -25,6 +33,7 @@ from typing import Iterable
 DEFINITE_FAILURES = frozenset({
     "NOT_ENOUGH_REPLICAS", "INVALID_REQUIRED_ACKS", "CORRUPT_MESSAGE", "MESSAGE_TOO_LARGE",
     "UNKNOWN_TOPIC_OR_PARTITION", "INVALID_REQUEST", "RECORD_LIST_TOO_LARGE",
+    "NEVER_SENT",       # expired in the client's buffer before any attempt
 })
 
 
@@ -67,11 +76,16 @@ class Report:
     reordered: list[tuple[int, str, str]] = field(default_factory=list)
     failed_read: list[Failure] = field(default_factory=list)
     divergent: list[tuple[str, int, str]] = field(default_factory=list)
+    inconsistent: list[tuple[int, int, list[str]]] = field(default_factory=list)
+    vanished: list[Read] = field(default_factory=list)
+    unconverged: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not (self.lost or self.moved or self.duplicated or self.reordered
-                    or self.failed_read or self.divergent)
+                    or self.failed_read or self.divergent or self.inconsistent or self.vanished
+                    or self.unconverged)
 
     def lines(self, limit: int = 10) -> list[str]:
         out = [
@@ -79,7 +93,8 @@ class Report:
             f"failed(indeterminate)={self.failed_indeterminate} read={self.read}",
             f"lost={len(self.lost)} moved={len(self.moved)} duplicated={len(self.duplicated)} "
             f"reordered={len(self.reordered)} failed_read={len(self.failed_read)} "
-            f"divergent={len(self.divergent)}",
+            f"divergent={len(self.divergent)} inconsistent={len(self.inconsistent)} "
+            f"vanished={len(self.vanished)} unconverged={len(self.unconverged)}",
         ]
         for a in self.lost[:limit]:
             out.append(f"  LOST value={a.value} acked at {a.partition}:{a.offset}")
@@ -93,15 +108,28 @@ class Report:
             out.append(f"  READ-OF-FAILED value={f.value} partition {f.partition} failed with {f.error}")
         for name, off, why in self.divergent[:limit]:
             out.append(f"  DIVERGENT {name} at offset {off}: {why}")
+        for p, off, values in self.inconsistent[:limit]:
+            out.append(f"  INCONSISTENT partition {p} offset {off} read as " + " and ".join(values))
+        for r in self.vanished[:limit]:
+            out.append(f"  VANISHED value={r.value} read at {r.partition}:{r.offset} during the run, "
+                       f"absent from the final read")
+        for why in self.unconverged[:limit]:
+            out.append(f"  UNCONVERGED {why}")
+        for n in self.notes[:limit]:
+            out.append(f"  note: {n}")
         out.append("RESULT: " + ("PASS" if self.ok else "FAIL"))
         return out
 
 
-def check(acks: Iterable[Ack], failures: Iterable[Failure], reads: Iterable[Read]) -> Report:
+def check(acks: Iterable[Ack], failures: Iterable[Failure], reads: Iterable[Read],
+          live_reads: Iterable[Read] = ()) -> Report:
+    """`reads` is the final read of every partition from offset 0 after the run;
+    `live_reads` what readers got while the run went on (optional)."""
     rep = Report()
     acks = list(acks)
     failures = list(failures)
     reads = list(reads)
+    live_reads = list(live_reads)
     rep.acked = len(acks)
     rep.failed_definite = sum(1 for f in failures if f.definite)
     rep.failed_indeterminate = len(failures) - rep.failed_definite
@@ -125,6 +153,20 @@ def check(acks: Iterable[Ack], failures: Iterable[Failure], reads: Iterable[Read
     for f in failures:
         if f.definite and f.value in where:
             rep.failed_read.append(f)
+
+    at: dict[tuple[int, int], list[str]] = {}
+    for r in reads + live_reads:
+        vals = at.setdefault((r.partition, r.offset), [])
+        if r.value not in vals:
+            vals.append(r.value)
+    for (p, off), vals in sorted(at.items()):
+        if len(vals) > 1:
+            rep.inconsistent.append((p, off, vals))
+    vanished_seen: set[str] = set()
+    for r in live_reads:
+        if r.value not in where and r.value not in vanished_seen:
+            vanished_seen.add(r.value)
+            rep.vanished.append(r)
 
     seq_of = {a.value: a.seq for a in acks}
     by_partition: dict[int, list[Read]] = {}

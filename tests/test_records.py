@@ -200,3 +200,31 @@ def test_scan_headers_raises_on_a_torn_tail():
     with pytest.raises(KafkaError) as ei:
         list(scan_headers(out[:-3]))
     assert ei.value.code == ErrorCode.CORRUPT_MESSAGE
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_single_batch_fast_path_agrees_with_full_validation(data):
+    from minibroker.records import single_producer_batch
+    b = bytearray(build_batch([(b"k", b"v" * data.draw(st.integers(0, 50)), T)] * data.draw(st.integers(1, 4))))
+    mutation = data.draw(st.sampled_from(["none", "flip", "cut", "extend", "two"]))
+    if mutation == "flip":
+        b[data.draw(st.integers(0, len(b) - 1))] ^= 1 << data.draw(st.integers(0, 7))
+    elif mutation == "cut":
+        b = b[: data.draw(st.integers(0, len(b) - 1))]
+    elif mutation == "extend":
+        b += b"\x00"
+    elif mutation == "two":
+        b += build_batch([b"x"])
+    limit = data.draw(st.one_of(st.none(), st.integers(0, 500)))
+    fast = single_producer_batch(bytes(b), limit)
+    try:
+        info = validate_batches(bytes(b), max_message_bytes=limit)
+    except KafkaError:
+        info = None
+    if fast is not None:
+        assert info is not None and info.batch_count == 1
+        h = info.batches[0]
+        assert fast == (h.size, h.last_offset_delta, h.max_timestamp)
+    elif info is not None:
+        assert info.batch_count > 1

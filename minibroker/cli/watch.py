@@ -20,7 +20,7 @@ HEADERS = ("PARTITION", "LEADER", "EPOCH", "ISR", "ELR", "HW", "REPLICAS (id:LEO
 
 
 def _ids(xs: Any) -> str:
-    return "N/A" if xs is None else ",".join(map(str, xs))
+    return "N/A" if xs is None else (",".join(map(str, xs)) or "-")
 
 
 def row(v: PartitionView) -> tuple[str, ...]:

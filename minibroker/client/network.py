@@ -30,6 +30,13 @@ from minibroker.protocol.api import ApiKey
 Address = tuple[str, int]
 
 
+def _rotated(xs: list[Address], k: int) -> list[Address]:
+    if not xs:
+        return xs
+    k %= len(xs)
+    return xs[k:] + xs[:k]
+
+
 def now_ms() -> int:
     return int(time.monotonic() * 1000)
 
@@ -134,17 +141,13 @@ class ClientNetwork:
             raise
 
     def candidates(self) -> list[Address]:
-        """Where to send a request any broker can answer: known brokers, then the bootstrap list."""
-        known = [(b.host, b.port) for b in self.cache.brokers.values()]
+        """Where to send a request any broker can answer: known brokers in rotation, then
+        the bootstrap list. Rotating (rather than sticking to one connected broker) keeps a
+        broker with stale metadata, e.g. one cut off from the controller, from being the
+        only one asked; the cache then keeps the answer with the highest leader epoch."""
         self._rr += 1
-        if known:
-            k = self._rr % len(known)
-            known = known[k:] + known[:k]
-        connected = [a for a in known if (a[0], a[1], "meta") in self._conns]
-        rest = [a for a in known if a not in connected]
-        out = connected + rest
-        out += [a for a in self.bootstrap if a not in out]
-        return out
+        known = _rotated([(b.host, b.port) for b in self.cache.brokers.values()], self._rr)
+        return known + [a for a in _rotated(self.bootstrap, self._rr) if a not in known]
 
     async def request_any(self, api: ApiKey, body: dict[str, Any], *,
                           timeout_ms: int | None = None) -> tuple[Address, dict[str, Any]]:

@@ -12,6 +12,14 @@ Without idempotence (no producer ids on the wire), a retried batch can be
 written twice (REQUEST_TIMED_OUT after the leader appended), and with more
 than one request in flight per broker a retried batch can land after a later
 one; set `max.in.flight.requests.per.connection=1` to keep per-partition order.
+
+One deliberate difference from Kafka's Sender: a batch that times out
+(REQUEST_TIMED_OUT, from the broker or locally) also asks for a metadata
+refresh. Kafka refreshes only on disconnects and InvalidMetadata errors, so
+a producer stuck on a leader cut off from its cluster (which still believes
+it leads and answers every acks=all produce with a timeout) keeps retrying
+it until `metadata.max.age.ms`; here it finds the new leader within a retry
+or two.
 """
 from __future__ import annotations
 
@@ -349,7 +357,7 @@ class Producer:
     def _failed(self, batch: ProducerBatch, code: int, message: str) -> None:
         d = decide_retry(code, attempts=batch.attempts, created_ms=batch.created_ms, now_ms=now_ms(),
                          retries=self.retries, delivery_timeout_ms=self.delivery_timeout_ms)
-        if d.refresh_metadata:
+        if d.refresh_metadata or code == ErrorCode.REQUEST_TIMED_OUT:
             self.net.request_update()
         err = KafkaError(code, message, remote=True)
         batch.last_error = code

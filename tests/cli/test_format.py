@@ -103,8 +103,8 @@ def test_watch_table_marks_out_of_isr_replicas_and_offline_partitions():
              PartitionView("orders", 1, None, 4, (2,), (), None, None, (ReplicaView(2, None, None, True),), "offline")]
     lines = table_text(views)
     assert lines[0].split() [:6] == ["PARTITION", "LEADER", "EPOCH", "ISR", "ELR", "HW"]
-    assert lines[1].split() == ["orders-0", "1", "3", "1,2", "110", "1:120/0", "2:110/10", "3:40/80*"]
-    assert lines[2].split() == ["orders-1", "none", "4", "2", "?", "2:?/?", "(offline)"]
+    assert lines[1].split() == ["orders-0", "1", "3", "1,2", "-", "110", "1:120/0", "2:110/10", "3:40/80*"]
+    assert lines[2].split() == ["orders-1", "none", "4", "2", "-", "?", "2:?/?", "(offline)"]
 
 
 def test_watch_event_line_shows_source_partition_change_and_reason():

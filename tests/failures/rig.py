@@ -260,3 +260,68 @@ def assert_clean(rep: Report, min_acked: int = 1) -> None:
 
 async def until(cond: Callable[[], Awaitable[Any]] | Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
     return await wait_for(cond, timeout_s=timeout_s, interval_s=0.05, what=what)
+
+
+async def read_values(bootstrap: str, topic: str, partition: int = 0, timeout_s: float = 30.0
+                      ) -> list[tuple[int, str]]:
+    """Every record of one partition from offset 0 up to its current HW: [(offset, value)]."""
+    from minibroker.client.consumer import Consumer
+    from minibroker.client.types import TopicPartition
+    async with Admin(bootstrap, {"request.timeout.ms": "2000", "default.api.timeout.ms": "15000"}) as admin:
+        hw = await wait_for(lambda: _hw(admin, topic, partition), timeout_s=timeout_s,
+                            what=f"HW of {topic}-{partition}") - 1
+    out: list[tuple[int, str]] = []
+    tp = TopicPartition(topic, partition)
+    async with Consumer(bootstrap, {"auto.offset.reset": "earliest", "fetch.max.wait.ms": "100",
+                                    "request.timeout.ms": "3000"}) as c:
+        c.assign([tp])
+        c.seek(tp, 0)
+
+        async def done() -> bool:
+            for r in await c.poll(200):
+                out.append((r.offset, r.value.decode() if r.value is not None else ""))
+            return hw == 0 or (bool(out) and out[-1][0] >= hw - 1)
+        await wait_for(done, timeout_s=timeout_s, interval_s=0, what=f"{topic}-{partition} read up to {hw}")
+    return out
+
+
+async def _hw(admin: Admin, topic: str, partition: int) -> int | None:
+    """HW + 1 (so that 0 is truthy for wait_for), None while unknown."""
+    offs = await admin.topic_offsets(topic, partitions=[partition])
+    return offs[partition] + 1 if offs.get(partition, -1) >= 0 else None
+
+
+def cut_pairs(c: LocalCluster, pairs: list[tuple[int, int]], both_ways: bool = True) -> None:
+    for a, b in pairs:
+        c.block(a, b)
+        if both_ways:
+            c.block(b, a)
+
+
+def uncut_pairs(c: LocalCluster, pairs: list[tuple[int, int]], both_ways: bool = True) -> None:
+    for a, b in pairs:
+        c.unblock(a, b)
+        if both_ways:
+            c.unblock(b, a)
+
+
+def producer(bootstrap: str, **cfg: str) -> Any:
+    """A plain client producer for hand-made scenarios: acks=all, no retries, no lingering."""
+    from minibroker.client.producer import Producer
+    base = {"acks": "all", "retries": "0", "linger.ms": "0", "request.timeout.ms": "3000",
+            "delivery.timeout.ms": "8000", "max.block.ms": "8000", "reconnect.backoff.max.ms": "200",
+            "socket.connection.setup.timeout.ms": "1000", "metadata.max.age.ms": "1000"}
+    base.update(cfg)
+    return Producer(bootstrap, base)
+
+
+async def outcomes(futures: list[Any]) -> list[tuple[int, str | None]]:
+    """(offset, None) for each acknowledged record, (-1, error name) for each failed one."""
+    out: list[tuple[int, str | None]] = []
+    for f in futures:
+        try:
+            md = await f
+            out.append((md.offset, None))
+        except KafkaError as exc:
+            out.append((-1, exc.name))
+    return out

@@ -23,6 +23,9 @@ DEFAULTS: dict[str, str] = {
     "socket.request.max.bytes": "104857600",
     "minibroker.cluster.secret": "minibroker-dev-secret",
     "minibroker.semantics": "kafka",          # kafka | lesson
+    "minibroker.log.level": "INFO",
+    "minibroker.controlled.shutdown.timeout.ms": "30000",
+    "minibroker.metadata.fetch.max.wait.ms": "500",
     # storage
     "log.dirs": "/tmp/minibroker-logs",
     "metadata.log.dir": "/tmp/minibroker-controller",

@@ -41,6 +41,8 @@ class MapOf:
 
 def validate(value: Any, spec: Any, path: str = "") -> Any:
     if isinstance(spec, Opt):
+        if value is None and spec.default is None:
+            return None
         return validate(value, spec.type, path)
     if isinstance(spec, Nullable):
         return None if value is None else validate(value, spec.type, path)

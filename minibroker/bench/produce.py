@@ -51,9 +51,9 @@ async def produce_batched(bootstrap: str, topic: str, count: int, size: int, cfg
     def done(batch: ProducerBatch, base: int, err: KafkaError | None) -> None:
         nonlocal acked, failed
         if err is None:
-            acked += len(batch.records)
+            acked += len(batch)
         else:
-            failed += len(batch.records)
+            failed += len(batch)
             if not first_error:
                 first_error.append(err)
 

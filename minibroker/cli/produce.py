@@ -31,10 +31,10 @@ class _Report:
 
     def on_batch(self, batch: ProducerBatch, base_offset: int, error: KafkaError | None) -> None:
         if error is None:
-            self.acked += len(batch.records)
+            self.acked += len(batch)
             return
-        self.failed += len(batch.records)
-        self.codes[error.name] += len(batch.records)
+        self.failed += len(batch)
+        self.codes[error.name] += len(batch)
         for key, value, _ts, _h in batch.records:
             if self.printed < MAX_ERROR_LINES:
                 click.echo(produce_error_line(self.topic, key, value, error), err=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from minibroker.client.retry import Backoff
 from minibroker.client.types import TopicPartition
@@ -43,16 +43,22 @@ def record_size(key: bytes | None, value: bytes | None, headers: Any) -> int:
 class ProducerBatch:
     """Records for one partition that travel and are acknowledged together.
 
-    Invariants: `records` only grows while the batch is the last of its
+    Rows are kept in the wire form of minibroker.records (`(offset_delta,
+    timestamp_delta, key, value, headers)`), so encoding is one msgpack call;
+    tuples of atomic values, so the cyclic GC soon stops tracking them (a full
+    buffer holds hundreds of thousands).
+    Invariants: `rows` only grows while the batch is the last of its
     partition's queue and not `closed`; `attempts` counts sends so far;
     `retry_at_ms` is 0 until the first retry."""
 
-    __slots__ = ("tp", "records", "size", "max_size", "created_ms", "retry_at_ms", "attempts",
-                 "closed", "waiter", "last_error")
+    __slots__ = ("tp", "rows", "first_ts", "max_ts", "size", "max_size", "created_ms", "retry_at_ms",
+                 "attempts", "closed", "waiter", "last_error")
 
     def __init__(self, tp: TopicPartition, max_size: int, created_ms: int, waiter: Any) -> None:
         self.tp = tp
-        self.records: list[tuple[bytes | None, bytes | None, int, Any]] = []
+        self.rows: list[tuple] = []
+        self.first_ts = -1
+        self.max_ts = -1
         self.size = BATCH_OVERHEAD
         self.max_size = max_size
         self.created_ms = created_ms
@@ -65,25 +71,39 @@ class ProducerBatch:
     def try_append(self, key: bytes | None, value: bytes | None, timestamp_ms: int, headers: Any,
                    size: int) -> int:
         """Append if it fits (a first record always fits); returns its index or -1."""
-        if self.closed or (self.records and self.size + size > self.max_size):
+        rows = self.rows
+        n = len(rows)
+        if self.closed or (n and self.size + size > self.max_size):
             return -1
-        self.records.append((key, value, timestamp_ms, headers))
+        if not n:
+            self.first_ts = self.max_ts = timestamp_ms
+        elif timestamp_ms > self.max_ts:
+            self.max_ts = timestamp_ms
+        rows.append((n, timestamp_ms - self.first_ts, key, value, headers or ()))
         self.size += size
-        return len(self.records) - 1
+        return n
+
+    def timestamp(self, index: int) -> int:
+        return self.first_ts + self.rows[index][1]
+
+    @property
+    def records(self) -> list[tuple[bytes | None, bytes | None, int, tuple]]:
+        """(key, value, timestamp, headers) per record (for reports; not on the hot path)."""
+        f = self.first_ts
+        return [(r[2], r[3], f + r[1], tuple(tuple(h) for h in r[4])) for r in self.rows]
 
     @property
     def full(self) -> bool:
         return self.closed or self.size >= self.max_size
 
     def __len__(self) -> int:
-        return len(self.records)
+        return len(self.rows)
 
     def __repr__(self) -> str:
-        return f"ProducerBatch({self.tp}, records={len(self.records)}, size={self.size}, attempts={self.attempts})"
+        return f"ProducerBatch({self.tp}, records={len(self.rows)}, size={self.size}, attempts={self.attempts})"
 
 
-@dataclass(frozen=True)
-class AppendResult:
+class AppendResult(NamedTuple):
     batch: ProducerBatch
     index: int
     new_batch: bool        # a batch was opened: the sender must arm its linger timer
@@ -116,6 +136,7 @@ class RecordAccumulator:
         self.new_waiter = new_waiter
         self.rand = rand
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self._open: dict[TopicPartition, ProducerBatch] = {}     # Invariant: the last, unclosed batch per partition
         self._muted: set[TopicPartition] = set()
         self._drain_index = 0
         self.buffered_bytes = 0
@@ -126,26 +147,48 @@ class RecordAccumulator:
     # -- appending ---------------------------------------------------------
 
     def append(self, tp: TopicPartition, key: bytes | None, value: bytes | None, headers: Any,
-               timestamp_ms: int, now_ms: int) -> AppendResult:
-        """Called by send(): put one record in its partition's open batch, or open one."""
-        size = record_size(key, value, headers)
-        if self.buffered_bytes and self.buffered_bytes + size > self.buffer_memory:
+               timestamp_ms: int, now_ms: int, size: int | None = None) -> tuple[ProducerBatch, int, bool, bool]:
+        """Called by send(): put one record in its partition's open batch, or open one.
+        `size` is `record_size(key, value, headers)` when the caller has it already.
+        Returns `(batch, index, new_batch, batch_full)` (see AppendResult; a plain
+        tuple because this runs once per record)."""
+        if size is None:
+            size = record_size(key, value, headers)
+        buffered = self.buffered_bytes + size
+        if buffered > self.buffer_memory and self.buffered_bytes:
             raise BufferFull(f"buffer.memory={self.buffer_memory} exhausted")
+        b = self._open.get(tp)
+        if b is not None:
+            if b.size + size <= b.max_size:
+                rows = b.rows
+                n = len(rows)
+                rows.append((n, timestamp_ms - b.first_ts, key, value, headers or ()))
+                if timestamp_ms > b.max_ts:
+                    b.max_ts = timestamp_ms
+                b.size += size
+                self.buffered_bytes = buffered
+                return (b, n, False, b.size >= b.max_size)
+            b.closed = True
+            del self._open[tp]
         q = self._queues.get(tp)
         if q is None:
             q = self._queues[tp] = deque()
-        if q:
-            last = q[-1]
-            idx = last.try_append(key, value, timestamp_ms, headers, size)
-            if idx >= 0:
-                self.buffered_bytes += size
-                return AppendResult(last, idx, False, last.full)
-            last.closed = True
         batch = ProducerBatch(tp, self.batch_size, now_ms, self.new_waiter())
         batch.try_append(key, value, timestamp_ms, headers, size)
         self.buffered_bytes += batch.size
         q.append(batch)
-        return AppendResult(batch, 0, True, batch.full)
+        self._open[tp] = batch
+        return (batch, 0, True, batch.full)
+
+    def has_room(self, tp: TopicPartition, size: int) -> bool:
+        """Whether the partition's open batch would take a record of `size` bytes."""
+        b = self._open.get(tp)
+        return b is not None and b.size + size <= b.max_size
+
+    def _close(self, batch: ProducerBatch) -> None:
+        batch.closed = True
+        if self._open.get(batch.tp) is batch:
+            del self._open[batch.tp]
 
     # -- readiness and draining ----------------------------------------------
 
@@ -201,7 +244,7 @@ class RecordAccumulator:
             if out[leader] and sizes[leader] + head.size > max_request_size:
                 continue
             q.popleft()
-            head.closed = True
+            self._close(head)
             head.attempts += 1
             sizes[leader] += head.size
             out[leader].append(head)
@@ -223,7 +266,7 @@ class RecordAccumulator:
         for q in self._queues.values():
             while q and now_ms - q[0].created_ms >= self.delivery_timeout_ms:
                 b = q.popleft()
-                b.closed = True
+                self._close(b)
                 out.append(b)
         return out
 
@@ -233,6 +276,7 @@ class RecordAccumulator:
         for b in out:
             b.closed = True
         self._queues.clear()
+        self._open.clear()
         return out
 
     # -- ordering (max.in.flight.requests.per.connection=1) -------------------

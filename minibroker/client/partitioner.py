@@ -2,8 +2,9 @@
 
 A key picks `murmur2(key) & 0x7fffffff % partitions` (Kafka's exact hash, so
 keys land where Kafka would put them). Records without a key stick to one
-partition until `batch.size` bytes went to it, then move on (KIP-794's
-uniform sticky partitioner), preferring partitions with a known leader.
+partition until its batch is full, then move on (KIP-480's sticky
+partitioner; Kafka 3.3's KIP-794 refines the switch by bytes produced),
+preferring partitions with a known leader.
 Pure: the caller passes the partition counts and the random source.
 """
 from __future__ import annotations
@@ -48,34 +49,32 @@ def partition_for_key(key: bytes, num_partitions: int) -> int:
 
 
 class StickyPartitioner:
-    """Invariant: `_current[topic]` is the partition unkeyed records of that
-    topic go to until `_bytes[topic]` reaches `batch_size`."""
+    """Unkeyed records stick to one partition until its open batch cannot take
+    the next record, then move to another one (Kafka's sticky partitioner,
+    KIP-480; switching before the append, as Kafka's abortOnNewBatch does, so no
+    one-record batch is left behind). Partitions with a known leader are preferred.
 
-    def __init__(self, batch_size: int, rand: Callable[[int], int] | None = None) -> None:
-        self.batch_size = batch_size
+    Invariant: `_current[topic]` is where the topic's unkeyed records go now."""
+
+    def __init__(self, rand: Callable[[int], int] | None = None) -> None:
         self._rand = rand or (lambda n: random.randrange(n))
         self._current: dict[str, int] = {}
-        self._bytes: dict[str, int] = {}
 
-    def partition(self, topic: str, num_partitions: int, available: list[int]) -> int:
+    def partition(self, topic: str, num_partitions: int, has_room: Callable[[int], bool],
+                  available: Callable[[str], list[int]]) -> int:
+        """`has_room(p)`: p's open batch takes the record; `available(topic)`: partitions with a leader."""
         cur = self._current.get(topic)
         if cur is None or cur >= num_partitions:
-            cur = self._next(topic, num_partitions, available, None)
+            return self._next(topic, num_partitions, available, None)
+        if not has_room(cur):
+            return self._next(topic, num_partitions, available, cur)
         return cur
 
-    def on_append(self, topic: str, size: int, num_partitions: int, available: list[int]) -> None:
-        """Called after an unkeyed record went to the sticky partition."""
-        b = self._bytes.get(topic, 0) + size
-        if b >= self.batch_size:
-            self._next(topic, num_partitions, available, self._current.get(topic))
-            b = 0
-        self._bytes[topic] = b
-
-    def _next(self, topic: str, num_partitions: int, available: list[int], avoid: int | None) -> int:
-        choices = [p for p in available if p < num_partitions] or list(range(num_partitions))
+    def _next(self, topic: str, num_partitions: int, available: Callable[[str], list[int]],
+              avoid: int | None) -> int:
+        choices = [p for p in available(topic) if p < num_partitions] or list(range(num_partitions))
         if len(choices) > 1 and avoid in choices:
             choices.remove(avoid)
         cur = choices[self._rand(len(choices))]
         self._current[topic] = cur
-        self._bytes[topic] = 0
         return cur

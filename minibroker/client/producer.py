@@ -25,20 +25,39 @@ from __future__ import annotations
 
 import asyncio
 import logging
+
+import msgpack
 import time
 from typing import Any, Callable, Iterable, Mapping
 
-from minibroker.client.accumulator import BufferFull, ProducerBatch, RecordAccumulator, record_size
+from minibroker.client.accumulator import RECORD_OVERHEAD, BufferFull, ProducerBatch, RecordAccumulator, record_size
 from minibroker.client.config import PRODUCER_DEFAULTS, client_config, parse_acks
-from minibroker.client.network import ClientNetwork, now_ms
+from minibroker.client.network import ClientNetwork
 from minibroker.client.partitioner import StickyPartitioner, partition_for_key
 from minibroker.client.retry import Backoff, decide_retry
 from minibroker.client.types import RecordMetadata, TopicPartition
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.protocol.api import ApiKey
-from minibroker.records import build_batch
+from minibroker.records import encode_batch
+
+_packb = msgpack.Packer(use_bin_type=True).pack
+
+
+def encode(batch: ProducerBatch) -> bytes:
+    """The batch's records as one record batch (minibroker.records layout)."""
+    return encode_batch(_packb(batch.rows), record_count=len(batch.rows),
+                        first_timestamp=batch.first_ts, max_timestamp=batch.max_ts)
 
 log = logging.getLogger("minibroker.producer")
+
+
+_time = time.time
+
+
+def now_ms() -> int:
+    """The producer's clock for linger, back-off and delivery timeouts: wall-clock ms,
+    as Kafka's time.milliseconds() (record timestamps come from the same call)."""
+    return int(time.time() * 1000)
 
 
 class RecordFuture:
@@ -69,7 +88,7 @@ class RecordFuture:
             raise error
         b = self._batch
         offset = -1 if base < 0 else base + self._index
-        return RecordMetadata(b.tp.topic, b.tp.partition, offset, ts if ts >= 0 else b.records[self._index][2])
+        return RecordMetadata(b.tp.topic, b.tp.partition, offset, ts if ts >= 0 else b.timestamp(self._index))
 
     def exception(self) -> KafkaError | None:
         return self._batch.waiter.result()[1]
@@ -107,7 +126,11 @@ class Producer:
             buffer_memory=self.cfg.get_int("buffer.memory"), delivery_timeout_ms=self.delivery_timeout_ms,
             backoff=Backoff(self.cfg.get_int("retry.backoff.ms"), self.cfg.get_int("retry.backoff.max.ms")),
             new_waiter=self._new_waiter)
-        self.partitioner = StickyPartitioner(self.cfg.get_int("batch.size"))
+        self.partitioner = StickyPartitioner()
+        self.net.listeners.append(self._on_metadata)
+        self._tps: dict[str, list[TopicPartition]] = {}        # Invariant: _tps[t][p] == TopicPartition(t, p)
+        self._nparts: dict[str, int] = {}                      # partition count per topic, from metadata
+        self._running = False                                  # started and not closed: send's fast check
         self._in_flight: dict[int, int] = {}               # Invariant: requests sent and unanswered per broker
         self._incomplete: set[ProducerBatch] = set()       # drained, not yet done
         self._wake = asyncio.Event()
@@ -127,6 +150,7 @@ class Producer:
             return self
         self._loop = asyncio.get_running_loop()
         self._started = True
+        self._running = True
         self.net.start()
         self._sender = asyncio.ensure_future(self._run())
         return self
@@ -164,6 +188,7 @@ class Producer:
             except KafkaError:
                 pass
         self._closed = True
+        self._running = False
         self.acc.closing = True
         for b in self.acc.abort_all():
             self._complete(b, -1, KafkaError(ErrorCode.NETWORK_EXCEPTION, "producer closed before the batch was sent"))
@@ -189,6 +214,8 @@ class Producer:
             await self.start()
         n = self.net.cache.partition_count(topic)
         if n is not None:
+            self.net.cache.want([topic])
+            self._on_metadata()
             return n
         self.net.want_topics([topic])
         await self.net.wait_for(lambda: self.net.cache.partition_count(topic) is not None
@@ -198,6 +225,7 @@ class Producer:
         if n is None:
             code = self.net.cache.topic_error(topic)
             raise KafkaError(code, f"topic {topic}", remote=True)
+        self._on_metadata()
         return n
 
     def _fatal_topic_error(self, topic: str) -> bool:
@@ -207,41 +235,63 @@ class Producer:
     async def send(self, topic: str, value: bytes | None, key: bytes | None = None, *,
                    partition: int | None = None, headers: Iterable[tuple[str, bytes | None]] | None = None,
                    timestamp_ms: int | None = None) -> RecordFuture:
-        """Buffer one record; returns its future (await it for the RecordMetadata)."""
+        """Buffer one record; returns its future (await it for the RecordMetadata).
+        Waits only for metadata of a new topic or for buffer space (max.block.ms).
+        This runs once per record: keep it lean."""
+        if not self._running:
+            await self._ensure_running()
+        n = self._nparts.get(topic)
+        if n is None:
+            n = await self.partitions_for(topic)
+        if headers:
+            hdrs: tuple | None = tuple(headers)
+            size = record_size(key, value, hdrs)
+        else:
+            hdrs = None
+            size = RECORD_OVERHEAD + (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+        if partition is None:
+            if key is not None and not self.ignore_keys:
+                partition = partition_for_key(key, n)
+            elif n == 1:
+                partition = 0
+            else:
+                tps = self._tps[topic]
+                partition = self.partitioner.partition(
+                    topic, n, lambda p: self.acc.has_room(tps[p], size), self.net.cache.available_partitions)
+        elif not 0 <= partition < n:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has {n} partitions, not {partition}")
+        if size > self.max_request_size:
+            raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
+                             f"record of {size} bytes is larger than max.request.size={self.max_request_size}")
+        now = int(_time() * 1000)
+        tp = self._tps[topic][partition]
+        while True:
+            try:
+                batch, index, new_batch, full = self.acc.append(
+                    tp, key, value, hdrs, now if timestamp_ms is None else timestamp_ms, now, size)
+                break
+            except BufferFull:
+                await self._wait_for_space()
+                now = int(_time() * 1000)
+        if new_batch or full:
+            self._wake.set()
+        return RecordFuture(batch, index)
+
+    async def _ensure_running(self) -> None:
         if not self._started:
             await self.start()
         if self._closed:
             raise KafkaError(ErrorCode.NETWORK_EXCEPTION, "producer is closed")
-        n = self.net.cache.partition_count(topic)
-        if n is None:
-            n = await self.partitions_for(topic)
-        sticky = False
-        if partition is None:
-            if key is not None and not self.ignore_keys:
-                partition = partition_for_key(key, n)
-            else:
-                partition = self.partitioner.partition(topic, n, self.net.cache.available_partitions(topic))
-                sticky = True
-        elif not 0 <= partition < n:
-            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has {n} partitions, not {partition}")
-        hdrs = tuple(headers) if headers else ()
-        size = record_size(key, value, hdrs)
-        if size > self.max_request_size:
-            raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
-                             f"record of {size} bytes is larger than max.request.size={self.max_request_size}")
-        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-        tp = TopicPartition(topic, partition)
-        while True:
-            try:
-                res = self.acc.append(tp, key, value, hdrs, ts, now_ms())
-                break
-            except BufferFull:
-                await self._wait_for_space()
-        if sticky:
-            self.partitioner.on_append(topic, size, n, self.net.cache.available_partitions(topic))
-        if res.new_batch or res.batch_full:
-            self._wake.set()
-        return RecordFuture(res.batch, res.index)
+
+    def _on_metadata(self) -> None:
+        """After each metadata update: partition counts and TopicPartition objects per topic."""
+        for topic in list(self.net.cache.wanted):
+            n = self.net.cache.partition_count(topic)
+            if n is None:
+                self._nparts.pop(topic, None)
+            elif self._nparts.get(topic) != n:
+                self._nparts[topic] = n
+                self._tps[topic] = [TopicPartition(topic, p) for p in range(n)]
 
     async def send_and_wait(self, topic: str, value: bytes | None, key: bytes | None = None,
                             **kw: Any) -> RecordMetadata:
@@ -313,7 +363,7 @@ class Producer:
     async def _send_request(self, node: int, batches: list[ProducerBatch]) -> None:
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for b in batches:
-            by_topic.setdefault(b.tp.topic, []).append({"partition": b.tp.partition, "records": build_batch(b.records)})
+            by_topic.setdefault(b.tp.topic, []).append({"partition": b.tp.partition, "records": encode(b)})
         body = {"acks": self.acks, "timeout_ms": self.request_timeout_ms,
                 "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
         try:

@@ -1,6 +1,7 @@
 import pytest
 
-from minibroker.client.accumulator import BATCH_OVERHEAD, BufferFull, RecordAccumulator, record_size
+from minibroker.client.accumulator import (BATCH_OVERHEAD, AppendResult, BufferFull, RecordAccumulator,
+                                           record_size)
 from minibroker.client.retry import Backoff
 from minibroker.client.types import TopicPartition
 
@@ -14,11 +15,16 @@ def leader_of(tp):
     return LEADERS.get(tp)
 
 
+class Acc(RecordAccumulator):
+    def append(self, *args, **kw):
+        return AppendResult(*super().append(*args, **kw))
+
+
 def acc(**kw):
     kw.setdefault("batch_size", 1000)
     kw.setdefault("linger_ms", 5)
     kw.setdefault("backoff", Backoff(100, 1000, jitter=0.0))
-    return RecordAccumulator(**kw)
+    return Acc(**kw)
 
 
 def test_records_of_one_partition_share_the_open_batch():
@@ -160,3 +166,24 @@ def test_waiter_factory_gives_each_batch_its_own_waiter():
     r1 = a.append(A0, None, b"x" * 10, (), 1, now_ms=0)
     r2 = a.append(A0, None, b"x" * 10, (), 1, now_ms=0)
     assert r1.batch.waiter is made[0] and r2.batch.waiter is made[1]
+
+
+def test_has_room_tells_whether_the_open_batch_takes_a_record():
+    a = acc(batch_size=BATCH_OVERHEAD + 100, linger_ms=0)
+    assert not a.has_room(A0, 10)
+    a.append(A0, None, b"x" * 50, (), 1, now_ms=0)
+    assert a.has_room(A0, 10) and not a.has_room(A0, 60)
+    a.drain(0, {1}, leader_of, 1 << 20)
+    assert not a.has_room(A0, 10)
+
+
+def test_rows_are_kept_in_the_record_batch_wire_form():
+    from minibroker.client.producer import encode
+    from minibroker.records import iter_records
+    a = acc()
+    a.append(A0, b"k", b"v1", (("h", b"x"),), 1000, now_ms=0)
+    r = a.append(A0, None, b"v2", (), 1007, now_ms=0)
+    recs = list(iter_records(encode(r.batch), with_headers=True))
+    assert [(x.offset, x.timestamp, x.key, x.value, x.headers) for x in recs] == [
+        (0, 1000, b"k", b"v1", (("h", b"x"),)), (1, 1007, None, b"v2", ())]
+    assert r.batch.records[1] == (None, b"v2", 1007, ())

@@ -17,22 +17,21 @@ def test_same_key_always_lands_on_the_same_partition():
     assert all(0 <= partition_for_key(str(i).encode(), 3) < 3 for i in range(100))
 
 
-def test_unkeyed_records_stick_to_one_partition_until_batch_size():
+def test_unkeyed_records_stick_to_one_partition_while_its_batch_has_room():
     picks = iter([0, 1, 0, 1])
-    sp = StickyPartitioner(batch_size=300, rand=lambda n: next(picks) % n)
-    first = sp.partition("t", 3, [0, 1, 2])
-    seen = []
-    for _ in range(3):
-        seen.append(sp.partition("t", 3, [0, 1, 2]))
-        sp.on_append("t", 100, 3, [0, 1, 2])
-    assert seen == [first] * 3
-    assert sp.partition("t", 3, [0, 1, 2]) != first
+    sp = StickyPartitioner(rand=lambda n: next(picks) % n)
+    room = {0: True, 1: True, 2: True}
+    first = sp.partition("t", 3, room.get, lambda t: [0, 1, 2])
+    assert [sp.partition("t", 3, room.get, lambda t: [0, 1, 2]) for _ in range(3)] == [first] * 3
+    room[first] = False
+    second = sp.partition("t", 3, room.get, lambda t: [0, 1, 2])
+    assert second != first
+    assert sp.partition("t", 3, room.get, lambda t: [0, 1, 2]) == second
 
 
 def test_sticky_partitioner_prefers_partitions_with_a_leader():
-    sp = StickyPartitioner(batch_size=10)
+    sp = StickyPartitioner()
     counts = Counter()
     for _ in range(200):
-        counts[sp.partition("t", 3, [2])] += 1
-        sp.on_append("t", 20, 3, [2])
+        counts[sp.partition("t", 3, lambda p: False, lambda t: [2])] += 1
     assert set(counts) == {2}

@@ -23,6 +23,7 @@ COMPOSE_FILE = ROOT / "docker-compose.yml"
 BUILD_IMAGES = ROOT / "bin" / "build-images"
 IMAGE = os.environ.get("MINIBROKER_IMAGE_TAG", "minibroker:dev")
 BROKER_PORTS = {1: 19092, 2: 29092, 3: 39092}     # EXTERNAL listeners published on the host
+CONTROLLER_PORT = 19093                            # the controller, published for `watch`
 
 T = TypeVar("T")
 

@@ -16,7 +16,7 @@ from typing import Callable
 import pytest
 
 from minibroker_docker import (
-    BROKER_PORTS, BUILD_IMAGES, IMAGE, ComposeProject, HostCli, PartitionRow, compose_command,
+    BROKER_PORTS, BUILD_IMAGES, CONTROLLER_PORT, IMAGE, ComposeProject, HostCli, PartitionRow, compose_command,
     docker_engine_problem, ports_in_use, run, wait_until,
 )
 
@@ -49,12 +49,12 @@ def image(compose: list[str]) -> str:
 def project(compose: list[str], image: str):
     # 29092 and 39092 lie in Linux's ephemeral range, so a passing outgoing
     # connection can hold one for a moment; a stack left up holds them for good.
+    ports = [*BROKER_PORTS.values(), CONTROLLER_PORT]
     try:
-        wait_until(lambda: not ports_in_use(list(BROKER_PORTS.values())), timeout=30,
-                   what="host ports 19092, 29092, 39092 to be free")
+        wait_until(lambda: not ports_in_use(ports), timeout=30, what=f"host ports {ports} to be free")
     except AssertionError:
-        pytest.fail(f"host ports {ports_in_use(list(BROKER_PORTS.values()))} are taken (is another "
-                    f"minibroker compose stack up? `docker compose down` it first)")
+        pytest.fail(f"host ports {ports_in_use(ports)} are taken (is another minibroker compose "
+                    f"stack up? `docker compose down` it first)")
     proj = ComposeProject(name=f"mbtest{uuid.uuid4().hex[:10]}", compose=compose)
     try:
         yield proj

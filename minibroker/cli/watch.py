@@ -162,6 +162,7 @@ async def _live(bootstrap: str, local: dict[int, tuple[str, int]], ctl: tuple[st
                 notes = [Text(f"broker {b}: no ReplicaStatus ({e})", style="dim") for b, e in sorted(unreachable.items())]
                 if err:
                     notes.append(Text(f"metadata: {err}", style="red"))
-                events = [Text(event_text(l)) for l in shown(list(follower.lines), all_events)[-n:]]
+                events = [Text(event_text(l), no_wrap=True, overflow="ellipsis")
+                          for l in shown(list(follower.lines), all_events)[-n:]]
                 live.update(Group(table, *notes, Text("events", style="bold"), *events))
                 await asyncio.sleep(interval_ms / 1000)

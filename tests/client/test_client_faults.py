@@ -136,3 +136,38 @@ async def test_producer_moves_to_the_new_leader_when_the_old_one_is_isolated(clu
         assert md.offset >= 1
     pd = await describe(cluster, via=2)       # broker 1's own metadata is stale: it cannot hear the controller
     assert pd.leader in (2, 3) and 1 not in pd.isr
+
+
+async def test_offset_beyond_the_follower_sends_the_consumer_back_to_the_leader_keeping_its_position(cluster):
+    """FF4: a preferred read replica that is behind answers OFFSET_OUT_OF_RANGE; the
+    consumer drops it and asks the leader at the same offset, with no reset."""
+    await create(cluster)
+    async with Producer(cluster.bootstrap, {"acks": "all"}) as p:
+        for i in range(10):
+            await p.send("orders", b"%d" % i)
+        await p.flush()
+    notes: list[str] = []
+    async with Consumer(cluster.bootstrap, {"client.rack": "zone-b", "auto.offset.reset": "earliest"}) as c:
+        c.on_note = notes.append
+        c.assign([TP])
+        got = []
+
+        async def until(n):
+            got.extend(await c.poll(timeout_ms=200))
+            return len(got) >= n
+        await wait_for(lambda: until(10), timeout_s=20, interval_s=0)
+        assert c.fetched_from(TP) == 2                  # served by the zone-b follower
+        cluster.block(2, 1)                             # broker 2 can no longer fetch from leader 1
+        async with Producer(cluster.bootstrap, {"acks": "all"}) as p:
+            for i in range(10, 20):                     # acked once the leader drops 2 from the ISR
+                await p.send("orders", b"%d" % i)       # (an idle partition never shrinks: LEOs equal)
+            await p.flush()
+        assert set((await describe(cluster)).isr) == {1, 3}
+        c.seek(TP, 15)                                  # above broker 2's log end (10), below the leader's HW (20)
+        got.clear()
+        await wait_for(lambda: until(5), timeout_s=20, interval_s=0)
+        assert [r.offset for r in got] == [15, 16, 17, 18, 19]
+        assert c.fetched_from(TP) == 1 and c.preferred_replica(TP) is None
+        assert any("OFFSET_OUT_OF_RANGE from preferred replica 2 at offset 15" in n and "position kept" in n
+                   for n in notes), notes
+        assert not any("resetting" in n for n in notes)

@@ -10,7 +10,6 @@ topic and measures, with acks=all and 100-byte records:
 """
 from __future__ import annotations
 
-import asyncio
 import statistics
 import tempfile
 import time

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from typing import Any
 

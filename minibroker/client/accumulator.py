@@ -289,6 +289,10 @@ class RecordAccumulator:
 
     # -- introspection ------------------------------------------------------
 
+    def queued(self) -> list[ProducerBatch]:
+        """Every batch still waiting in a queue (not in flight)."""
+        return [b for q in self._queues.values() for b in q]
+
     def has_queued(self) -> bool:
         return any(self._queues.values())
 

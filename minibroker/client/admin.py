@@ -17,7 +17,6 @@ from minibroker.client.describe import BrokerDescription, TopicDescription, desc
 from minibroker.client.metadata import parse_topic
 from minibroker.client.network import Address, ClientNetwork, now_ms
 from minibroker.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OffsetResult, list_offsets
-from minibroker.client.retry import is_retriable
 from minibroker.client.types import TopicPartition
 from minibroker.config import parse_hostport
 from minibroker.errors import ErrorCode, KafkaError
@@ -213,6 +212,3 @@ class Admin:
             addr, ApiKey.EVENTS, {"from_seq": from_seq, "max_wait_ms": max_wait_ms, "max_events": max_events},
             channel="events", timeout_ms=max_wait_ms + self.net.request_timeout_ms))
 
-
-def retriable(exc: BaseException) -> bool:
-    return isinstance(exc, KafkaError) and is_retriable(int(exc.code))

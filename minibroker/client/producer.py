@@ -176,7 +176,7 @@ class Producer:
             self.acc.flushing -= 1
 
     def _queued_waiters(self) -> list[asyncio.Future]:
-        return [b.waiter for q in self.acc._queues.values() for b in q if not b.waiter.done()]
+        return [b.waiter for b in self.acc.queued() if not b.waiter.done()]
 
     async def close(self, timeout_ms: int | None = None) -> None:
         """Flush (unless timeout_ms == 0), then stop the sender and close connections."""

@@ -39,13 +39,103 @@ class MapOf:
     value: Any
 
 
+class _Fail(Exception):
+    pass
+
+
+_COMPILED: dict[int, tuple[Any, Any]] = {}
+
+
 def validate(value: Any, spec: Any, path: str = "") -> Any:
+    """Validate `value` against `spec` (see the module docstring).
+
+    Runs a validator compiled once per spec; only on failure does it re-walk
+    the value with the interpreting validator to name the bad field's path.
+    """
+    entry = _COMPILED.get(id(spec))
+    if entry is None or entry[0] is not spec:
+        entry = (spec, _compile(spec))
+        _COMPILED[id(spec)] = entry
+    try:
+        return entry[1](value)
+    except _Fail:
+        _interpret(value, spec, path)
+        raise SchemaError(f"{path or 'value'}: invalid") from None
+
+
+def _compile(spec: Any) -> Any:
+    if isinstance(spec, Opt):
+        inner = _compile(spec.type)
+        if spec.default is None:
+            return lambda v: None if v is None else inner(v)
+        return inner
+    if isinstance(spec, Nullable):
+        inner = _compile(spec.type)
+        return lambda v: None if v is None else inner(v)
+    if spec is int:
+        def check_int(v: Any) -> Any:
+            if type(v) is not int or not INT64_MIN <= v <= INT64_MAX:
+                raise _Fail
+            return v
+        return check_int
+    if spec in (str, bytes, bool):
+        t = spec
+
+        def check_type(v: Any) -> Any:
+            if type(v) is not t:
+                raise _Fail
+            return v
+        return check_type
+    if spec is Any:
+        return lambda v: v
+    if isinstance(spec, MapOf):
+        kf, vf = _compile(spec.key), _compile(spec.value)
+
+        def check_map(v: Any) -> Any:
+            if type(v) is not dict:
+                raise _Fail
+            return {kf(k): vf(x) for k, x in v.items()}
+        return check_map
+    if isinstance(spec, list):
+        item = _compile(spec[0])
+
+        def check_list(v: Any) -> Any:
+            if type(v) is not list:
+                raise _Fail
+            return [item(x) for x in v]
+        return check_list
+    if isinstance(spec, dict):
+        fields = []
+        for name, ftype in spec.items():
+            required = not isinstance(ftype, (Opt, Nullable))
+            default = ftype.default if isinstance(ftype, Opt) else None
+            fields.append((name, _compile(ftype), required, default))
+
+        def check_dict(v: Any) -> Any:
+            if type(v) is not dict:
+                raise _Fail
+            out = {}
+            get = v.get
+            for name, fn, required, default in fields:
+                x = get(name, _MISSING)
+                if x is _MISSING:
+                    if required:
+                        raise _Fail
+                    out[name] = default
+                else:
+                    out[name] = fn(x)
+            return out
+        return check_dict
+    raise TypeError(f"bad spec: {spec!r}")
+
+
+def _interpret(value: Any, spec: Any, path: str = "") -> Any:
     if isinstance(spec, Opt):
         if value is None and spec.default is None:
             return None
-        return validate(value, spec.type, path)
+        return _interpret(value, spec.type, path)
     if isinstance(spec, Nullable):
-        return None if value is None else validate(value, spec.type, path)
+        return None if value is None else _interpret(value, spec.type, path)
     if spec is int:
         if type(value) is not int:
             raise SchemaError(f"{path or 'value'}: expected int, got {type(value).__name__}")
@@ -69,13 +159,13 @@ def validate(value: Any, spec: Any, path: str = "") -> Any:
     if isinstance(spec, MapOf):
         if type(value) is not dict:
             raise SchemaError(f"{path or 'value'}: expected map, got {type(value).__name__}")
-        return {validate(k, spec.key, f"{path}<key>"): validate(v, spec.value, f"{path}[{k!r}]")
+        return {_interpret(k, spec.key, f"{path}<key>"): _interpret(v, spec.value, f"{path}[{k!r}]")
                 for k, v in value.items()}
     if isinstance(spec, list):
         if type(value) is not list:
             raise SchemaError(f"{path or 'value'}: expected list, got {type(value).__name__}")
         item = spec[0]
-        return [validate(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
+        return [_interpret(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
     if isinstance(spec, dict):
         if type(value) is not dict:
             raise SchemaError(f"{path or 'value'}: expected map, got {type(value).__name__}")
@@ -91,6 +181,6 @@ def validate(value: Any, spec: Any, path: str = "") -> Any:
                     out[name] = None
                     continue
                 raise SchemaError(f"{fpath}: missing")
-            out[name] = validate(v, ftype, fpath)
+            out[name] = _interpret(v, ftype, fpath)
         return out
     raise TypeError(f"bad spec at {path}: {spec!r}")

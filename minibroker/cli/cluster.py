@@ -9,7 +9,7 @@ import click
 
 from minibroker.cli.common import handle_errors, parse_kv, run_async
 from minibroker.client.admin import Admin
-from minibroker.errors import KafkaError
+from minibroker.errors import ErrorCode, KafkaError
 from minibroker.testing.cluster import ClusterError, LocalCluster, default_data_dir, state_path
 
 _dir_opt = click.option("--data-dir", type=click.Path(file_okay=False), default=None,
@@ -129,7 +129,8 @@ async def _broker_states(c: LocalCluster) -> dict[int, str]:
                 resp = await asyncio.wait_for(admin.api_versions((spec.host, spec.port)), 2)
                 out[b] = resp.get("state", "?")
             except (KafkaError, asyncio.TimeoutError) as exc:
-                out[b] = "no answer" if isinstance(exc, asyncio.TimeoutError) else exc.name
+                timed_out = isinstance(exc, asyncio.TimeoutError) or exc.code == ErrorCode.REQUEST_TIMED_OUT
+                out[b] = "no answer" if timed_out else f"unreachable ({exc.name})"
         await asyncio.gather(*(one(b) for b in c.broker_ids))
     return out
 

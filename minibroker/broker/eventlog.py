@@ -20,6 +20,11 @@ from minibroker.events import Event
 
 log = logging.getLogger("minibroker.events")
 
+# Kinds that happen once per request on the hot path: kept in the ring buffer
+# (watch and the Events API see them) but logged only at DEBUG, as Kafka logs
+# every HW increment at DEBUG/TRACE.
+ROUTINE_KINDS = frozenset({"hw_move", "produce_completed", "follower_fetch"})
+
 
 def _plain(v: Any) -> Any:
     """Values that both msgpack and JSON carry."""
@@ -73,10 +78,14 @@ class EventLog:
 
     def _append(self, ev: Event) -> None:
         seq = self.ring.append(ev)
+        routine = ev.kind in ROUTINE_KINDS and not str(ev.extra.get("trigger", "")).startswith(("ISR", "metadata", "became"))
+        level = logging.DEBUG if routine else logging.INFO
+        if not log.isEnabledFor(level):
+            return
         d = ev.to_dict()
         d["seq"] = seq
         d["node_id"] = self.node_id
-        log.info("%s", json.dumps(d, sort_keys=True, default=str))
+        log.log(level, "%s", json.dumps(d, sort_keys=True, default=str))
 
     async def poll(self, from_seq: int, max_wait_ms: int, max_events: int) -> dict[str, Any]:
         """The Events API: events with seq >= from_seq (from the oldest retained

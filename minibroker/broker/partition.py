@@ -181,7 +181,8 @@ class Partition:
                 leader_epoch=rec.leader_epoch, partition_epoch=rec.partition_epoch, isr=isr,
                 leo=self.log.log_end_offset, hw=self._clamp(self._hw),
                 log_start_offset=self.log.log_start_offset, lag_max_ms=lag_max_ms, min_isr=min_isr,
-                profile=profile, now_ms=now_ms, sink=self._sink, broker_epoch=broker_epoch)
+                profile=profile, now_ms=now_ms, sink=self._sink, broker_epoch=broker_epoch,
+                fetch_events=False)
             self.core = core
             decisions.append(core.initial_decision)
         for replica, eligible, epoch in eligibility:

@@ -145,6 +145,7 @@ class PartitionLeader:
         now_ms: int,
         sink: EventSink = discard,
         broker_epoch: int = UNKNOWN,
+        fetch_events: bool = True,
     ) -> None:
         replicas_t = tuple(replicas)
         if not replicas_t or len(set(replicas_t)) != len(replicas_t):
@@ -162,6 +163,7 @@ class PartitionLeader:
         self.lag_max_ms = lag_max_ms
         self.min_isr = min_isr
         self.broker_epoch = broker_epoch  # this leader's own incarnation (I5)
+        self._fetch_events = fetch_events  # Invariant: False only skips routine follower_fetch events
         self._sink = sink
         self._replicas: tuple[int, ...] = replicas_t
         # Invariant: contains the leader; a subset of replicas; replica order.
@@ -363,17 +365,12 @@ class PartitionLeader:
         if fetch_offset >= leader_leo:
             branch = 1
             caught_up = _later(prev.last_caught_up_ms, now_ms)
-            reason = f"fetch offset {fetch_offset} >= leader LEO {leader_leo}"
         elif fetch_offset >= prev.last_fetch_leader_leo:
             branch = 2
             caught_up = _later(prev.last_caught_up_ms, prev.last_fetch_ms)
-            reason = (f"fetch offset {fetch_offset} >= leader LEO at previous fetch "
-                      f"{prev.last_fetch_leader_leo}")
         else:
             branch = 0
             caught_up = prev.last_caught_up_ms
-            reason = (f"fetch offset {fetch_offset} < leader LEO {leader_leo} and < leader "
-                      f"LEO at previous fetch {prev.last_fetch_leader_leo}")
         now = FollowerState(
             leo=fetch_offset,
             last_caught_up_ms=caught_up,
@@ -383,12 +380,8 @@ class PartitionLeader:
             log_start_offset=log_start_offset if log_start_offset != UNKNOWN else prev.log_start_offset,
         )
         self._followers[replica] = now
-        self._emit(d, "follower_fetch", now_ms,
-                   {"leo": prev.leo, "last_caught_up_ms": prev.last_caught_up_ms},
-                   {"leo": now.leo, "last_caught_up_ms": now.last_caught_up_ms},
-                   reason, replica=replica, branch=branch, fetch_offset=fetch_offset,
-                   leader_leo=leader_leo, prev_last_fetch_ms=prev.last_fetch_ms,
-                   prev_last_fetch_leader_leo=prev.last_fetch_leader_leo)
+        if self._fetch_events:
+            self._emit_follower_fetch(d, now_ms, replica, fetch_offset, leader_leo, branch, prev, now)
         maximal_before = self._maximal
         self._maybe_expand_isr(d, replica, now_ms)
         if prev.leo != now.leo or self._maximal != maximal_before:
@@ -649,6 +642,23 @@ class PartitionLeader:
         d.new_hw = self._hw
         d.hw_moved = d.new_hw != d.old_hw
         return d
+
+    def _emit_follower_fetch(self, d: Decision, now_ms: int, replica: int, fetch_offset: int,
+                             leader_leo: int, branch: int, prev: FollowerState, now: FollowerState) -> None:
+        if branch == 1:
+            reason = f"fetch offset {fetch_offset} >= leader LEO {leader_leo}"
+        elif branch == 2:
+            reason = (f"fetch offset {fetch_offset} >= leader LEO at previous fetch "
+                      f"{prev.last_fetch_leader_leo}")
+        else:
+            reason = (f"fetch offset {fetch_offset} < leader LEO {leader_leo} and < leader "
+                      f"LEO at previous fetch {prev.last_fetch_leader_leo}")
+        self._emit(d, "follower_fetch", now_ms,
+                   {"leo": prev.leo, "last_caught_up_ms": prev.last_caught_up_ms},
+                   {"leo": now.leo, "last_caught_up_ms": now.last_caught_up_ms},
+                   reason, replica=replica, branch=branch, fetch_offset=fetch_offset,
+                   leader_leo=leader_leo, prev_last_fetch_ms=prev.last_fetch_ms,
+                   prev_last_fetch_leader_leo=prev.last_fetch_leader_leo)
 
     def _emit(self, d: Decision, kind: str, now_ms: int, before: Any, after: Any,
               reason: str, **extra: Any) -> None:

@@ -75,14 +75,18 @@ def consume(bootstrap_server: str | None, topic: str, partition: int | None, fro
     cfg: dict[str, Any] = {"client.rack": client_rack, "auto.offset.reset": "earliest" if start == "earliest" else "latest"}
     cfg.update(parse_kv(cprops, "--consumer-property"))
     fmt = parse_kv(props, "--property")
-    n = run_async(_consume(resolve_bootstrap(bootstrap_server), cfg, topic, partition, start, follow, timeout_ms,
-                           max_messages, fmt, verbose))
-    click.echo(f"Processed a total of {n} messages", err=True)
+    counter = [0]
+    try:
+        run_async(_consume(resolve_bootstrap(bootstrap_server), cfg, topic, partition, start, follow, timeout_ms,
+                           max_messages, fmt, verbose, counter))
+    except KeyboardInterrupt:
+        pass                                    # Ctrl-C ends a --follow: report as Kafka's console consumer does
+    click.echo(f"Processed a total of {counter[0]} messages", err=True)
 
 
 async def _consume(bootstrap: str, cfg: dict[str, Any], topic: str, partition: int | None, start: str | int,
                    follow: bool, timeout_ms: int | None, max_messages: int | None, fmt: dict[str, str],
-                   verbose: bool) -> int:
+                   verbose: bool, counter: list[int]) -> None:
     out = sys.stdout.buffer
     count = 0
     async with Consumer(bootstrap, cfg) as consumer:
@@ -103,6 +107,7 @@ async def _consume(bootstrap: str, cfg: dict[str, Any], topic: str, partition: i
                 for rec in records:
                     out.write(format_record(rec, fmt))
                     count += 1
+                    counter[0] = count
                     if max_messages is not None and count >= max_messages:
                         break
                 if records:
@@ -119,7 +124,5 @@ async def _consume(bootstrap: str, cfg: dict[str, Any], topic: str, partition: i
                     break
                 if not follow and timeout_ms is None and not records and consumer.caught_up():
                     break
-        except KeyboardInterrupt:
-            pass
-        out.flush()
-    return count
+        finally:
+            out.flush()

@@ -130,12 +130,30 @@ def test_consume_with_client_rack_reads_from_a_follower(env):
     assert b"racked-0: fetching from broker 3 (preferred read replica)" in r.stderr, r.stderr
 
 
+def test_consume_follow_prints_new_records_until_ctrl_c(env):
+    import select
+    import signal
+    end = int(ok(run(env, "offsets", "--topic", "lines")).split(":")[2])
+    p = subprocess.Popen([sys.executable, "-m", "minibroker.cli", "consume", "--topic", "lines", "--partition", "0",
+                          "--offset", str(end), "--follow"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        ok(run(env, "produce", "--topic", "lines", input=b"live\n"))
+        assert select.select([p.stdout], [], [], 30)[0], "no record printed"
+        assert p.stdout.readline() == b"live\n"
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0 and b"Processed a total of 1 messages" in err
+
+
 def test_watch_once_prints_partitions_and_events(env):
     out = ok(run(env, "watch", "--once"))
     lines = out.splitlines()
     assert lines[0].split()[:6] == ["PARTITION", "LEADER", "EPOCH", "ISR", "ELR", "HW"]
     row = next(l for l in lines if l.startswith("lines-0 "))
-    assert row.split()[5] == "4"                                     # HW
+    assert row.split()[5] == "5"                                     # HW (4 lines + 1 live record)
     assert "EVENTS" in lines
     assert re.search(r"\[controller\] .*(created|election|registered)", out) or "[broker" in out
 
@@ -212,4 +230,4 @@ def test_cluster_down_stops_everything_and_up_starts_it_again(env):
     st = ok(run(env, "cluster", "status"))
     assert "running" not in st
     ok(run(env, "cluster", "up"))
-    assert ok(run(env, "consume", "--topic", "lines", "--from-beginning")) == "alpha\nbeta\ngamma\ndelta\n"
+    assert ok(run(env, "consume", "--topic", "lines", "--from-beginning")) == "alpha\nbeta\ngamma\ndelta\nlive\n"

@@ -554,10 +554,12 @@ class LocalCluster:
     def unblock(self, src: int, dst: int) -> None:
         self._proxy({"op": "unblock", "src": src, "dst": dst})
 
-    def hold(self, src: int, dst: int, direction: str = "both") -> None:
-        """Delay one path without cutting it: bytes in `direction` ("requests" from src to
-        dst, "responses" back, or "both") are buffered in the proxy until `release`."""
-        self._proxy({"op": "hold", "src": src, "dst": dst, "direction": direction})
+    def hold(self, src: int, dst: int, direction: str = "both", after: int = 0) -> None:
+        """Delay one path without cutting it: frames in `direction` ("requests" from src to
+        dst, "responses" back, or "both") are buffered in the proxy until `release`, after
+        letting `after` more frames through on each connection (1 on a new connection: its
+        authentication)."""
+        self._proxy({"op": "hold", "src": src, "dst": dst, "direction": direction, "after": after})
 
     def release(self, src: int, dst: int) -> None:
         """Deliver what a hold kept back, in order, and stop holding."""

@@ -9,12 +9,16 @@ partition that outlasts TCP timeouts. `isolate(n)` blocks every route from
 or to node n; `heal(n)` lifts them. A held route keeps its connections but
 stops delivering one direction (`requests`: from src to dst, `responses`:
 back), buffering the bytes until `release`, as a path that delays packets
-without dropping them; new connections on it are held the same way.
+without dropping them; new connections on it are held the same way. Holds
+act on whole frames (the 4-byte length prefix of our protocol): a hold
+with `after` N lets N more frames through on each connection first (on a
+new connection the first request and answer are the SASL handshake, so
+`after: 1` holds everything after authentication).
 
 Control: newline-delimited JSON on `proxy_control`
   {"op": "isolate"|"heal", "node": N}
   {"op": "block"|"unblock", "src": A, "dst": B}
-  {"op": "hold", "src": A, "dst": B, "direction": "requests"|"responses"|"both"}
+  {"op": "hold", "src": A, "dst": B, "direction": "requests"|"responses"|"both", "after": N}
   {"op": "release", "src": A, "dst": B}
   {"op": "status"}
 each answered with {"ok": true, "blocked": [[src, dst], ...], "held": [[src, dst, direction], ...],
@@ -61,6 +65,11 @@ class _Side(asyncio.Protocol):
         self.peer: "_Side | None" = None
         self.early: list[bytes] = []     # read before the peer connected (some loops read before resume)
         self.held: list[bytes] = []      # read while the route holds this side's direction
+        # Frame tracking (only boundaries): bytes of a partial length prefix, bytes left in the
+        # current frame, and frames still allowed through under a hold (None: not yet set).
+        self._prefix = bytearray()
+        self._left = 0
+        self.quota: int | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -75,19 +84,58 @@ class _Side(asyncio.Protocol):
         return "requests" if self is self.pipe.inbound else "responses"
 
     def data_received(self, data: bytes) -> None:
-        if self.held or self.pipe.proxy.is_held(self.pipe.route, self.direction):
+        if self.held:
             self.held.append(data)
-        elif self.peer is not None and self.peer.transport is not None:
+            return
+        n = self._passable(data)
+        if n < len(data):
+            self.held.append(data[n:])
+            data = data[:n]
+        if not data:
+            return
+        if self.peer is not None and self.peer.transport is not None:
             self.peer.transport.write(data)
         else:
             self.early.append(data)
 
+    def _passable(self, data: bytes) -> int:
+        """How many leading bytes of `data` go through now: all, unless this direction is
+        held and its frame quota is spent, then up to the next frame boundary."""
+        proxy, route = self.pipe.proxy, self.pipe.route
+        after = proxy.hold_after(route, self.direction)
+        if after is not None and self.quota is None:
+            self.quota = after
+        i, n = 0, len(data)
+        while i < n:
+            if self._left == 0 and not self._prefix and after is not None and self.quota is not None \
+                    and self.quota <= 0:
+                return i
+            if self._left == 0:
+                take = min(4 - len(self._prefix), n - i)
+                self._prefix += data[i:i + take]
+                i += take
+                if len(self._prefix) < 4:
+                    continue
+                self._left = int.from_bytes(self._prefix, "big")
+                self._prefix.clear()
+                if self._left > 0:
+                    continue
+            else:
+                take = min(self._left, n - i)
+                i += take
+                self._left -= take
+                if self._left > 0:
+                    continue
+            if after is not None and self.quota is not None:
+                self.quota -= 1
+        return n
+
     def release(self) -> None:
-        """Deliver what was held, in order (the peer must be connected)."""
-        if self.held and self.peer is not None and self.peer.transport is not None:
-            for chunk in self.held:
-                self.peer.transport.write(chunk)
-            self.held.clear()
+        """The hold ended: pass what was held (in order) as if it had just arrived."""
+        self.quota = None
+        chunks, self.held = self.held, []
+        for chunk in chunks:
+            self.data_received(chunk)
 
     def pause_writing(self) -> None:
         if self.peer is not None and self.peer.transport is not None:
@@ -124,13 +172,8 @@ class _Pipe:
             return
         assert self.inbound.transport is not None and self.outbound.transport is not None
         for chunk in self.inbound.early:
-            if self.proxy.is_held(self.route, "requests"):
-                self.inbound.held.append(chunk)
-            else:
-                self.outbound.transport.write(chunk)
+            self.outbound.transport.write(chunk)
         self.inbound.early.clear()
-        if not self.proxy.is_held(self.route, "requests"):
-            self.inbound.release()
         self.inbound.transport.resume_reading()
 
     def close(self, abort: bool = False) -> None:
@@ -186,7 +229,7 @@ class FaultProxy:
         self.routes = {r.name: r for r in routes}
         self.pipes: dict[str, set[_Pipe]] = {r.name: set() for r in routes}
         self.blocked: set[tuple[int, int]] = set()
-        self.held: dict[tuple[int, int], set[str]] = {}
+        self.held: dict[tuple[int, int], dict[str, int]] = {}     # (src, dst) -> direction -> after
         self._servers: list[asyncio.base_events.Server] = []
         self._tasks: set[asyncio.Task] = set()
 
@@ -198,8 +241,9 @@ class FaultProxy:
     def is_blocked(self, route: Route) -> bool:
         return (route.src, route.dst) in self.blocked
 
-    def is_held(self, route: Route, direction: str) -> bool:
-        return direction in self.held.get((route.src, route.dst), ())
+    def hold_after(self, route: Route, direction: str) -> int | None:
+        """Frames still let through per connection when `direction` of `route` is held, else None."""
+        return self.held.get((route.src, route.dst), {}).get(direction)
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -221,14 +265,21 @@ class FaultProxy:
             self.blocked.discard((src, dst))
             log.info("b%s->%s: restored", src, dst)
 
-    def hold(self, src: int, dst: int, direction: str = "both") -> None:
+    def hold(self, src: int, dst: int, direction: str = "both", after: int = 0) -> None:
         if direction not in ("requests", "responses", "both"):
             raise ValueError(f"direction: expected requests, responses or both, got {direction!r}")
         if not any((r.src, r.dst) == (src, dst) for r in self.routes.values()):
             raise ValueError(f"no route {src}->{dst}")
         dirs = {"requests", "responses"} if direction == "both" else {direction}
-        self.held.setdefault((src, dst), set()).update(dirs)
-        log.info("b%s->%s: holding %s", src, dst, direction)
+        for d in dirs:
+            self.held.setdefault((src, dst), {})[d] = max(0, after)
+        for r in self.routes.values():
+            if (r.src, r.dst) == (src, dst):
+                for pipe in self.pipes[r.name]:
+                    for side in (pipe.inbound, pipe.outbound):
+                        if side.direction in dirs:
+                            side.quota = None
+        log.info("b%s->%s: holding %s after %d frame(s)", src, dst, direction, after)
 
     def release(self, src: int, dst: int) -> None:
         self.held.pop((src, dst), None)
@@ -270,7 +321,8 @@ class FaultProxy:
             elif op == "unblock":
                 self.unblock(int(req["src"]), int(req["dst"]))
             elif op == "hold":
-                self.hold(int(req["src"]), int(req["dst"]), str(req.get("direction", "both")))
+                self.hold(int(req["src"]), int(req["dst"]), str(req.get("direction", "both")),
+                          int(req.get("after", 0)))
             elif op == "release":
                 self.release(int(req["src"]), int(req["dst"]))
             elif op != "status":

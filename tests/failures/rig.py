@@ -145,22 +145,35 @@ class Rig:
             return pred(vs)  # type: ignore[arg-type]
         await wait_for(cond, timeout_s=timeout_s, interval_s=0.1, what=what)
 
+    async def wait_metadata(self, pred: Callable[[Any], bool], what: str, p: int = 0,
+                            timeout_s: float = 30.0) -> Any:
+        """Until `pred(PartitionDescription)` holds for partition `p` in a Metadata answer
+        (from any broker that answers; for partitions no live replica reports on)."""
+        async def cond() -> Any:
+            td = (await self.admin.describe_topics([self.topic]))[0]
+            pd = next(x for x in td.partitions if x.partition == p)
+            return pd if pred(pd) else None
+        return await wait_for(cond, timeout_s=timeout_s, interval_s=0.1, what=what)
+
     async def wait_isr_full(self, timeout_s: float = 40.0) -> None:
         """Every partition led, with every replica in the ISR, as the freshest views say,
         and every leader's own status agreeing (it leads, its ISR is full)."""
         async def cond() -> bool:
             vs = await self.views(self.c.broker_ids)
-            if len(vs) < len(self.c.broker_ids):
-                return False
+            missing = [b for b in self.c.broker_ids if b not in vs]
+            if missing:
+                raise AssertionError(f"brokers {missing} do not answer")
             for p in range(self.partitions):
                 entries = [v[p] for v in vs.values() if p in v]
                 best = max(entries, key=lambda e: e["partition_epoch"])
                 lead = best["leader"]
                 if lead < 0 or sorted(best["isr"]) != sorted(r["broker_id"] for r in best["replicas"]):
-                    return False
+                    raise AssertionError(f"partition {p}: leader {lead} ISR {best['isr']} "
+                                         f"(partition epoch {best['partition_epoch']})")
                 own = vs.get(lead, {}).get(p)
                 if own is None or own["role"] != "leader" or own["partition_epoch"] != best["partition_epoch"]:
-                    return False
+                    raise AssertionError(f"partition {p}: broker {lead} does not lead it yet: "
+                                         f"{own and (own['role'], own['partition_epoch'])}")
             return True
         await wait_for(cond, timeout_s=timeout_s, interval_s=0.1, what="every partition led with a full ISR")
 

@@ -43,20 +43,24 @@ async def echo_proxy():
     srv.close()
 
 
+def frame(body: bytes) -> bytes:
+    return len(body).to_bytes(4, "big") + body
+
+
 async def test_held_responses_arrive_in_order_only_after_release(echo_proxy):
     proxy, route, ctl = echo_proxy
     r, w = await asyncio.open_connection(*route.listen)
-    w.write(b"a")
-    assert await asyncio.wait_for(r.readexactly(1), 5) == b"a"
+    w.write(frame(b"a"))
+    assert await asyncio.wait_for(r.readexactly(5), 5) == frame(b"a")
     resp = await control(ctl, {"op": "hold", "src": 1, "dst": 2, "direction": "responses"})
     assert resp["held"] == [[1, 2, "responses"]]
-    w.write(b"bc")
+    w.write(frame(b"bc"))
     await w.drain()
     with pytest.raises(asyncio.TimeoutError):
         await asyncio.wait_for(r.readexactly(1), 0.3)            # the echo is held, the connection lives
     await control(ctl, {"op": "release", "src": 1, "dst": 2})
-    w.write(b"d")
-    assert await asyncio.wait_for(r.readexactly(3), 5) == b"bcd"
+    w.write(frame(b"d"))
+    assert await asyncio.wait_for(r.readexactly(11), 5) == frame(b"bc") + frame(b"d")
     w.close()
 
 
@@ -64,12 +68,28 @@ async def test_held_requests_reach_the_target_only_after_release_even_on_new_con
     proxy, route, ctl = echo_proxy
     proxy.hold(1, 2, "requests")
     r, w = await asyncio.open_connection(*route.listen)
-    w.write(b"early")
+    w.write(frame(b"early"))
     await w.drain()
     with pytest.raises(asyncio.TimeoutError):
         await asyncio.wait_for(r.readexactly(1), 0.3)
     proxy.release(1, 2)
-    assert await asyncio.wait_for(r.readexactly(5), 5) == b"early"
+    assert await asyncio.wait_for(r.readexactly(9), 5) == frame(b"early")
+    w.close()
+
+
+async def test_a_hold_after_n_frames_lets_whole_frames_through_then_holds_at_a_boundary(echo_proxy):
+    """As a follower's first answer (authentication) passes and its first fetch answer is held."""
+    proxy, route, ctl = echo_proxy
+    proxy.hold(1, 2, "responses", after=1)
+    r, w = await asyncio.open_connection(*route.listen)
+    big = frame(b"x" * 100_000)
+    w.write(big + frame(b"second") + frame(b"third"))           # one write: the hold splits at a boundary
+    await w.drain()
+    assert await asyncio.wait_for(r.readexactly(len(big)), 5) == big
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(r.readexactly(1), 0.3)
+    proxy.release(1, 2)
+    assert await asyncio.wait_for(r.readexactly(10 + 9), 5) == frame(b"second") + frame(b"third")
     w.close()
 
 

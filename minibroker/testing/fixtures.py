@@ -19,20 +19,32 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from minibroker.testing.cluster import LocalCluster
+from minibroker.testing.cluster import ClusterError, LocalCluster
 
 
 def start_cluster(path: Path | str, **kw: Any) -> LocalCluster:
+    """Create and start a cluster; returns once every broker is RUNNING.
+
+    Free ports are picked and released before the processes bind them, so
+    another process may take one in between: a start that fails with
+    "Address already in use" is retried on new ports (twice at most)."""
     kw.setdefault("free_ports", True)
     kw.setdefault("fast", True)
-    c = LocalCluster.create(str(path), **kw)
-    try:
-        c.start()
-        c.wait_running_sync(60)
-    except BaseException:
-        c.destroy()
-        raise
-    return c
+    for attempt in range(3):
+        where = Path(path) if attempt == 0 else Path(f"{path}-retry{attempt}")
+        c = LocalCluster.create(str(where), **kw)
+        try:
+            c.start()
+            c.wait_running_sync(60)
+            return c
+        except ClusterError as exc:
+            c.destroy()
+            if "already in use" not in str(exc).lower() or not kw["free_ports"] or attempt == 2:
+                raise
+        except BaseException:
+            c.destroy()
+            raise
+    raise AssertionError("unreachable")
 
 
 @pytest.fixture

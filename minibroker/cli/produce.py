@@ -66,15 +66,18 @@ async def _stdin_chunks():
 @click.option("--size", type=int, default=100, show_default=True, help="Synthetic record size in bytes.")
 @click.option("--producer-property", "props", multiple=True, metavar="KEY=VALUE",
               help="Producer config by Kafka name, e.g. linger.ms=5 (repeatable).")
+@click.option("--message-send-max-retries", "retries", type=int, default=3, show_default=True,
+              help="Retries of a retriable error (kafka-console-producer's default is 3); "
+                   "--producer-property retries=N overrides it.")
 @click.option("--no-progress", is_flag=True, help="Synthetic load without the progress bar.")
 @handle_errors
 def produce(bootstrap_server: str | None, topic: str, acks: str, partition: int | None, key_separator: str | None,
-            count: int | None, size: int, props: tuple[str, ...], no_progress: bool) -> None:
+            count: int | None, size: int, props: tuple[str, ...], retries: int, no_progress: bool) -> None:
     """Send stdin lines (or --count synthetic records) to TOPIC.
 
     Failed records are reported by error code name on stderr; the exit status
     is 1 if any record failed."""
-    cfg: dict[str, Any] = {"acks": acks, "max.block.ms": "30000"}
+    cfg: dict[str, Any] = {"acks": acks, "max.block.ms": "30000", "retries": str(retries)}
     cfg.update(parse_kv(props, "--producer-property"))
     report = _Report(topic)
     if count is not None:

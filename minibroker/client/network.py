@@ -30,6 +30,10 @@ from minibroker.protocol.api import ApiKey
 Address = tuple[str, int]
 
 
+# How long a request any broker may answer waits before another broker is asked too.
+HEDGE_MS = 1000
+
+
 def _rotated(xs: list[Address], k: int) -> list[Address]:
     if not xs:
         return xs
@@ -151,15 +155,46 @@ class ClientNetwork:
 
     async def request_any(self, api: ApiKey, body: dict[str, Any], *,
                           timeout_ms: int | None = None) -> tuple[Address, dict[str, Any]]:
-        """Send to the first broker that answers; returns (its address, the response)."""
-        last: KafkaError | None = None
-        for addr in self.candidates():
-            try:
-                return addr, await self.request_address(addr, api, body, channel="meta", timeout_ms=timeout_ms)
-            except KafkaError as exc:
-                last = exc
-        assert last is not None
-        raise last
+        """Send to the first broker that answers; returns (its address, the response).
+
+        Hedged: if a broker has not answered within HEDGE_MS (a frozen broker
+        accepts TCP connections but never replies), the next candidate is asked
+        too, and the first answer wins. Kafka's client instead waits out
+        request.timeout.ms on that one broker (30 s) before trying another."""
+        candidates = iter(self.candidates())
+        pending: dict[asyncio.Future, Address] = {}
+        last: BaseException | None = None
+
+        def launch() -> bool:
+            addr = next(candidates, None)
+            if addr is None:
+                return False
+            fut = asyncio.ensure_future(self.request_address(addr, api, body, channel="meta", timeout_ms=timeout_ms))
+            pending[fut] = addr
+            return True
+
+        launch()
+        try:
+            while pending:
+                done, _ = await asyncio.wait(pending, timeout=HEDGE_MS / 1000,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    launch()
+                    continue
+                for fut in done:
+                    addr = pending.pop(fut)
+                    exc = fut.exception()
+                    if exc is None:
+                        return addr, fut.result()
+                    last = exc
+                if not pending:
+                    launch()
+        finally:
+            for fut in pending:
+                fut.cancel()
+        if isinstance(last, KafkaError):
+            raise last
+        raise KafkaError(ErrorCode.NETWORK_EXCEPTION, f"no broker answered: {last or 'no candidates'}")
 
     # -- metadata --------------------------------------------------------------
 

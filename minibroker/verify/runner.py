@@ -157,7 +157,8 @@ async def verify_topic(bootstrap: str, topic: str, partitions: int, run: str, pr
     final = VerifiableConsumer(bootstrap, topic, run=run)
     await final.start()
     try:
-        short = await final.read_all({p: hws.get(p, 0) for p in range(partitions)}, opts.read_timeout_s)
+        targets = {p: hws[p] if p in hws else wanted.get(p, 0) for p in range(partitions)}
+        short = await final.read_all(targets, opts.read_timeout_s)
     finally:
         await final.stop()
     for p, pos in short.items():

@@ -116,6 +116,10 @@ def status(data_dir: str | None) -> None:
     click.echo(f"bootstrap: {c.bootstrap}   data dir: {c.data_dir}")
 
 
+def _node_label(node: int) -> str:
+    return "controller" if node == 0 else f"broker {node}"
+
+
 def _n(node: int) -> str:
     return "ctl" if node == 0 else f"b{node}"
 
@@ -155,6 +159,22 @@ _fault("pause", "SIGSTOP a broker: frozen, sockets open, silent. BROKER 0 is the
 _fault("resume", "SIGCONT a paused broker (0: the controller).")
 _fault("isolate", "Cut a broker off from the controller and the other brokers, both ways "
                   "(clients still reach it). BROKER 0 isolates the controller.")
+
+
+@cluster.command()
+@_dir_opt
+@click.argument("src", type=int)
+@click.argument("dst", type=int)
+@handle_errors
+def cut(data_dir: str | None, src: int, dst: int) -> None:
+    """Cut one path: the connections node SRC opens to node DST (0 = the controller).
+
+    `cut 3 1` stops broker 3 fetching from leader 1 while 3 keeps heartbeating
+    to the controller: the leader then drops 3 from the ISR by lag
+    (replica.lag.time.max.ms), not by fencing. `heal` restores it."""
+    c = LocalCluster.load(_dir(data_dir))
+    c.block(src, dst)
+    click.echo(f"cut: {_node_label(src)} -> {_node_label(dst)} (heal with: minibroker cluster heal)")
 
 
 @cluster.command()

@@ -193,6 +193,20 @@ def test_isolate_and_heal_move_a_broker_out_of_and_back_into_the_isr(env):
     until(lambda: isr_of(env, "iso") == {1, 2, 3}, what="broker 2 back")
 
 
+def test_cut_follower_keeps_heartbeating_and_leaves_the_isr_by_lag_not_by_fencing(env):
+    ok(run(env, "topics", "create", "--topic", "cut", "--replica-assignment", "1:2:3",
+           "--config", "min.insync.replicas=2"))
+    assert ok(run(env, "cluster", "cut", "3", "1")).startswith("cut: broker 3 -> broker 1")
+    ok(run(env, "produce", "--topic", "cut", "--acks", "1", input=b"a\nb\nc\n"))
+    until(lambda: isr_of(env, "cut") == {1, 2}, what="lag-based ISR shrink")
+    assert ok(run(env, "offsets", "--topic", "cut")) == "cut:0:3\n"          # the HW jumped over 3's gap
+    events = ok(run(env, "watch", "--once"))
+    assert re.search(r"cut-0 isr_proposed \[1,2,3\] -> \[1,2\]: not caught up: 3: .* > lag max", events)
+    assert "broker 3 fenced" not in events
+    ok(run(env, "cluster", "heal"))
+    until(lambda: isr_of(env, "cut") == {1, 2, 3}, what="broker 3 back")
+
+
 def test_preferred_leader_election_moves_leadership_back(env):
     ok(run(env, "topics", "create", "--topic", "pref", "--replica-assignment", "1:2:3"))
     ok(run(env, "cluster", "kill", "1"))

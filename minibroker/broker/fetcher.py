@@ -20,6 +20,7 @@ leader (replica.fetch.wait.max.ms), never here.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Protocol
@@ -368,10 +369,9 @@ class FetcherManager:
                  hooks: FetcherHooks, sink: EventSink, clock: Callable[[], int]) -> None:
         self.settings = settings
         self.peers = peers
-        self.broker_epoch = broker_epoch
-        self.hooks = hooks
-        self._sink = sink
-        self._clock = clock
+        # Each new fetcher shares these; the manager itself only routes partitions to fetchers.
+        self._new_fetcher = functools.partial(ReplicaFetcher, settings=settings, peers=peers,
+                                              broker_epoch=broker_epoch, hooks=hooks, sink=sink, clock=clock)
         self._fetchers: dict[int, ReplicaFetcher] = {}
         self._leader_of: dict[PartitionKey, int] = {}
 
@@ -387,9 +387,7 @@ class FetcherManager:
         self.remove(part.key)
         f = self._fetchers.get(leader_id)
         if f is None:
-            f = ReplicaFetcher(leader_id, settings=self.settings, peers=self.peers,
-                               broker_epoch=self.broker_epoch, hooks=self.hooks, sink=self._sink,
-                               clock=self._clock)
+            f = self._new_fetcher(leader_id)
             self._fetchers[leader_id] = f
         self._leader_of[part.key] = leader_id
         return f.add(part, leader_epoch)

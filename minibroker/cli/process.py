@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Callable
 
 import click
 
@@ -22,12 +23,8 @@ _set_opt = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
                         help="Override one property (repeatable); beats the file and MINIBROKER_* variables.")
 
 
-@click.command()
-@_config_opt
-@_set_opt
-def controller(config_file: str | None, sets: tuple[str, ...]) -> None:
-    """Run a controller process until SIGTERM/SIGINT."""
-    from minibroker.controller.main import run
+def _run(run: Callable[[Config], int | None], config_file: str | None, sets: tuple[str, ...]) -> None:
+    """Load the configuration, run the process, exit with its status (2 on a configuration error)."""
     cfg = _load(config_file, sets)
     try:
         rc = run(cfg)
@@ -35,6 +32,15 @@ def controller(config_file: str | None, sets: tuple[str, ...]) -> None:
         click.echo(f"configuration error: {exc}", err=True)
         sys.exit(2)
     sys.exit(rc or 0)
+
+
+@click.command()
+@_config_opt
+@_set_opt
+def controller(config_file: str | None, sets: tuple[str, ...]) -> None:
+    """Run a controller process until SIGTERM/SIGINT."""
+    from minibroker.controller.main import run
+    _run(run, config_file, sets)
 
 
 @click.command()
@@ -43,13 +49,7 @@ def controller(config_file: str | None, sets: tuple[str, ...]) -> None:
 def broker(config_file: str | None, sets: tuple[str, ...]) -> None:
     """Run a broker process until SIGTERM/SIGINT (controlled shutdown)."""
     from minibroker.broker.main import run
-    cfg = _load(config_file, sets)
-    try:
-        rc = run(cfg)
-    except ConfigError as exc:
-        click.echo(f"configuration error: {exc}", err=True)
-        sys.exit(2)
-    sys.exit(rc or 0)
+    _run(run, config_file, sets)
 
 
 @click.command()

@@ -47,11 +47,7 @@ class Admin:
 
     def __init__(self, bootstrap_servers: str | list[str] | None = None,
                  config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
-        cfg = dict(config or {})
-        if bootstrap_servers is not None:
-            cfg["bootstrap.servers"] = bootstrap_servers if isinstance(bootstrap_servers, str) \
-                else ",".join(bootstrap_servers)
-        self.cfg = client_config(ADMIN_DEFAULTS, cfg, kwargs)
+        self.cfg = client_config(ADMIN_DEFAULTS, config, kwargs, bootstrap_servers)
         self.net = ClientNetwork(self.cfg, all_topics=True)
         self.api_timeout_ms = self.cfg.get_int("default.api.timeout.ms")
 

@@ -53,10 +53,16 @@ ADMIN_DEFAULTS: dict[str, str] = dict(COMMON_DEFAULTS)
 
 
 def client_config(defaults: Mapping[str, str], config: Mapping[str, Any] | None,
-                  kwargs: Mapping[str, Any]) -> Config:
-    """Merge defaults, a Kafka-named mapping and underscore keyword arguments."""
+                  kwargs: Mapping[str, Any], bootstrap_servers: str | list[str] | None = None) -> Config:
+    """Merge defaults, a Kafka-named mapping and underscore keyword arguments.
+    `bootstrap_servers` (a client constructor's first argument, `host:port,...`
+    or a list) stands for `bootstrap.servers` in the mapping."""
     props = dict(defaults)
-    for source in (config or {}), {k.replace("_", "."): v for k, v in kwargs.items()}:
+    named = dict(config or {})
+    if bootstrap_servers is not None:
+        named["bootstrap.servers"] = bootstrap_servers if isinstance(bootstrap_servers, str) \
+            else ",".join(bootstrap_servers)
+    for source in named, {k.replace("_", "."): v for k, v in kwargs.items()}:
         for k, v in source.items():
             if k not in defaults:
                 raise ConfigError(f"{k}: unknown client property")

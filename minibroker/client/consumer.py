@@ -36,11 +36,7 @@ class Consumer:
 
     def __init__(self, bootstrap_servers: str | list[str] | None = None,
                  config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
-        cfg = dict(config or {})
-        if bootstrap_servers is not None:
-            cfg["bootstrap.servers"] = bootstrap_servers if isinstance(bootstrap_servers, str) \
-                else ",".join(bootstrap_servers)
-        self.cfg = client_config(CONSUMER_DEFAULTS, cfg, kwargs)
+        self.cfg = client_config(CONSUMER_DEFAULTS, config, kwargs, bootstrap_servers)
         self.net = ClientNetwork(self.cfg)
         self.state = FetchState(auto_offset_reset=self.cfg.get("auto.offset.reset"),
                                 metadata_max_age_ms=self.cfg.get_int("metadata.max.age.ms"),

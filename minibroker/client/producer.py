@@ -106,11 +106,7 @@ class Producer:
 
     def __init__(self, bootstrap_servers: str | list[str] | None = None,
                  config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
-        cfg = dict(config or {})
-        if bootstrap_servers is not None:
-            cfg["bootstrap.servers"] = bootstrap_servers if isinstance(bootstrap_servers, str) \
-                else ",".join(bootstrap_servers)
-        self.cfg = client_config(PRODUCER_DEFAULTS, cfg, kwargs)
+        self.cfg = client_config(PRODUCER_DEFAULTS, config, kwargs, bootstrap_servers)
         self.acks = parse_acks(self.cfg.get("acks"))
         self.request_timeout_ms = self.cfg.get_int("request.timeout.ms")
         self.max_request_size = self.cfg.get_int("max.request.size")

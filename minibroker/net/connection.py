@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import socket
 from typing import Any
 
 from minibroker.errors import ErrorCode, KafkaError
+from minibroker.net.tcp import set_nodelay
 from minibroker.protocol.api import ApiKey
 from minibroker.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FramingError, encode_frame
 
@@ -23,12 +23,7 @@ class _ClientProtocol(asyncio.Protocol):
         self.conn = conn
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError:
-                pass
+        set_nodelay(transport)
 
     def data_received(self, data: bytes) -> None:
         self.conn._on_data(data)

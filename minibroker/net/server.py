@@ -15,12 +15,12 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import socket
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
 from minibroker.errors import ErrorCode, KafkaError
+from minibroker.net.tcp import set_nodelay
 from minibroker.protocol.api import HEADER, REQUESTS, ApiKey
 from minibroker.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FramingError, encode_frame
 from minibroker.protocol.schema import SchemaError, validate
@@ -99,12 +99,7 @@ class ServerConnection(asyncio.Protocol):
     # -- asyncio.Protocol --------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError:
-                pass
+        set_nodelay(transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.dispatcher.connections.add(self)

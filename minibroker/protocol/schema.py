@@ -142,17 +142,9 @@ def _interpret(value: Any, spec: Any, path: str = "") -> Any:
         if not INT64_MIN <= value <= INT64_MAX:
             raise SchemaError(f"{path or 'value'}: integer out of int64 range")
         return value
-    if spec is str:
-        if type(value) is not str:
-            raise SchemaError(f"{path or 'value'}: expected str, got {type(value).__name__}")
-        return value
-    if spec is bytes:
-        if type(value) is not bytes:
-            raise SchemaError(f"{path or 'value'}: expected bytes, got {type(value).__name__}")
-        return value
-    if spec is bool:
-        if type(value) is not bool:
-            raise SchemaError(f"{path or 'value'}: expected bool, got {type(value).__name__}")
+    if spec is str or spec is bytes or spec is bool:
+        if type(value) is not spec:
+            raise SchemaError(f"{path or 'value'}: expected {spec.__name__}, got {type(value).__name__}")
         return value
     if spec is Any:
         return value

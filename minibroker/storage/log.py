@@ -215,16 +215,7 @@ class PartitionLog:
         if one is not None:
             return self._append_one_as_leader(batches, one, leader_epoch, now_ms)
         info = validate_batches(batches, max_message_bytes=cfg.max_message_bytes)
-        if info.size > cfg.segment_bytes:
-            raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE,
-                             f"{info.size} bytes of batches exceed segment.bytes={cfg.segment_bytes}")
-        if leader_epoch < 0:
-            raise ValueError(f"leader epoch {leader_epoch} is negative")
-        cache = self.epoch_cache
-        latest = cache.latest_epoch
-        if latest is not None and leader_epoch < latest:
-            raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH,
-                             f"{self.name}: append at epoch {leader_epoch} but the log is at epoch {latest}")
+        latest = self._check_leader_append(info.size, leader_epoch)
         with self._lock:
             if self._closed:
                 self._check_open()
@@ -232,7 +223,7 @@ class PartitionLog:
             chunks, next_offset = stamp_chunks(batches, info.batches, base, leader_epoch)
             self._maybe_roll_locked(info.size, next_offset - 1, now_ms)
             if latest != leader_epoch:
-                cache.assign(leader_epoch, base)
+                self.epoch_cache.assign(leader_epoch, base)
             appended = []
             offset = base
             for h in info.batches:
@@ -246,16 +237,7 @@ class PartitionLog:
         """append_as_leader for a payload of exactly one valid batch: the same
         checks and effects with less Python work per call."""
         size, lod, max_ts = one
-        if size > self.config.segment_bytes:
-            raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE,
-                             f"{size} bytes of batches exceed segment.bytes={self.config.segment_bytes}")
-        if leader_epoch < 0:
-            raise ValueError(f"leader epoch {leader_epoch} is negative")
-        cache = self.epoch_cache
-        latest = cache.latest_epoch
-        if latest is not None and leader_epoch < latest:
-            raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH,
-                             f"{self.name}: append at epoch {leader_epoch} but the log is at epoch {latest}")
+        latest = self._check_leader_append(size, leader_epoch)
         with self._lock:
             if self._closed:
                 self._check_open()
@@ -263,10 +245,25 @@ class PartitionLog:
             last = base + lod
             self._maybe_roll_locked(size, last, now_ms)
             if latest != leader_epoch:
-                cache.assign(leader_epoch, base)
+                self.epoch_cache.assign(leader_epoch, base)
             self._segments[-1].append([stamp_prefix(base, size, leader_epoch), memoryview(batch)[16:]],
                                       [(0, size, last, max_ts)], last + 1, size)
         return AppendResult(base, last)
+
+    def _check_leader_append(self, size: int, leader_epoch: int) -> int | None:
+        """The leader-append checks that need no lock: `size` fits a segment,
+        `leader_epoch` is not negative and not older than the cache's latest.
+        Returns that latest epoch (None for an empty cache)."""
+        if size > self.config.segment_bytes:
+            raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE,
+                             f"{size} bytes of batches exceed segment.bytes={self.config.segment_bytes}")
+        if leader_epoch < 0:
+            raise ValueError(f"leader epoch {leader_epoch} is negative")
+        latest = self.epoch_cache.latest_epoch
+        if latest is not None and leader_epoch < latest:
+            raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH,
+                             f"{self.name}: append at epoch {leader_epoch} but the log is at epoch {latest}")
+        return latest
 
     def append_as_follower(self, batches: bytes | bytearray | memoryview, *, now_ms: int | None = None) -> int:
         """Replication path (follower): append the leader's batches verbatim.

@@ -314,10 +314,7 @@ class LocalCluster:
         async with Admin(self.bootstrap, {"request.timeout.ms": "2000", "reconnect.backoff.max.ms": "200"}) as admin:
             while pending:
                 for b in sorted(pending):
-                    name = f"broker-{b}"
-                    if not self._alive(name):
-                        raise ClusterError(f"{name} exited during startup; last lines of {self.log_path(name)}:\n"
-                                           + self.log_tail(name))
+                    self._check_started(b)
                     spec = self.layout.broker(b)
                     try:
                         resp = await admin.api_versions((spec.host, spec.port))
@@ -326,13 +323,8 @@ class LocalCluster:
                             pending.discard(b)
                     except KafkaError as exc:
                         last[b] = str(exc)
-                if not self._alive("controller"):
-                    raise ClusterError(f"the controller exited; last lines of {self.log_path('controller')}:\n"
-                                       + self.log_tail("controller"))
+                self._check_startup_round(pending, last, deadline, timeout_s)
                 if pending:
-                    if time.monotonic() > deadline:
-                        raise ClusterError("brokers not RUNNING after {:.0f}s: {}".format(
-                            timeout_s, ", ".join(f"broker {b}: {last.get(b, '?')}" for b in sorted(pending))))
                     await asyncio.sleep(0.1)
 
     def broker_state_sync(self, broker: int, timeout_s: float = 2.0) -> str:
@@ -356,24 +348,35 @@ class LocalCluster:
         last: dict[int, str] = {}
         while pending:
             for b in sorted(pending):
-                name = f"broker-{b}"
-                if not self._alive(name):
-                    raise ClusterError(f"{name} exited during startup; last lines of {self.log_path(name)}:\n"
-                                       + self.log_tail(name))
+                self._check_started(b)
                 try:
                     last[b] = self.broker_state_sync(b)
                 except OSError as exc:
                     last[b] = str(exc)
                 if last[b] == "RUNNING":
                     pending.discard(b)
-            if not self._alive("controller"):
-                raise ClusterError(f"the controller exited; last lines of {self.log_path('controller')}:\n"
-                                   + self.log_tail("controller"))
+            self._check_startup_round(pending, last, deadline, timeout_s)
             if pending:
-                if time.monotonic() > deadline:
-                    raise ClusterError("brokers not RUNNING after {:.0f}s: {}".format(
-                        timeout_s, ", ".join(f"broker {b}: {last.get(b, '?')}" for b in sorted(pending))))
                 time.sleep(0.05)
+
+    def _check_started(self, broker: int) -> None:
+        """wait_running(_sync): a broker that exited during startup fails the wait."""
+        name = f"broker-{broker}"
+        if not self._alive(name):
+            raise ClusterError(f"{name} exited during startup; last lines of {self.log_path(name)}:\n"
+                               + self.log_tail(name))
+
+    def _check_startup_round(self, pending: set[int], last: dict[int, str], deadline: float,
+                             timeout_s: float) -> None:
+        """wait_running(_sync), after each round over the brokers: fail if the
+        controller exited, or if brokers are still `pending` past `deadline`
+        (naming the state `last` seen for each)."""
+        if not self._alive("controller"):
+            raise ClusterError(f"the controller exited; last lines of {self.log_path('controller')}:\n"
+                               + self.log_tail("controller"))
+        if pending and time.monotonic() > deadline:
+            raise ClusterError("brokers not RUNNING after {:.0f}s: {}".format(
+                timeout_s, ", ".join(f"broker {b}: {last.get(b, '?')}" for b in sorted(pending))))
 
     async def up(self, timeout_s: float = 60.0) -> None:
         self.start()

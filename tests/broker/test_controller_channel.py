@@ -14,17 +14,9 @@ from minibroker.errors import ErrorCode, KafkaError
 from minibroker.metadata import BrokerRecord, Endpoint, PartitionRecord, TopicRecord, to_wire
 from minibroker.net.server import Dispatcher, HandlerSpec, serve
 from minibroker.protocol.api import ApiKey
+from minibroker.testing.wait import until
 
 SECRET = "test-secret"
-
-
-async def until(cond, timeout=10.0):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not cond():
-        if loop.time() > deadline:
-            raise AssertionError("condition not met before the deadline")
-        await asyncio.sleep(0.005)
 
 
 class FakeController:

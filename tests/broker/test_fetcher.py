@@ -5,6 +5,7 @@ is in test_replica_manager_tcp.py."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from typing import Any, Callable
 
@@ -18,8 +19,10 @@ from minibroker.metadata import PartitionRecord
 from minibroker.protocol.api import ApiKey
 from minibroker.records import build_batch, stamp
 from minibroker.storage import LogConfig, PartitionLog
+from minibroker.testing import wait
 
 KEY = ("t", 0)
+until = functools.partial(wait.until, timeout_s=5.0)
 
 
 class ScriptedLeader:
@@ -90,14 +93,6 @@ def answer_partition(**fields: Any) -> dict:
 def manager(conn: ScriptedLeader, hooks: Hooks, events: list[Event], clock=lambda: 0) -> FetcherManager:
     return FetcherManager(settings=FetcherSettings(replica_id=2, backoff_ms=60_000), peers=Peers(conn),
                           broker_epoch=lambda: 33, hooks=hooks, sink=events.append, clock=clock)
-
-
-async def until(cond: Callable[[], Any], timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not cond():
-        assert loop.time() < deadline, "timed out"
-        await asyncio.sleep(0.005)
 
 
 @pytest.fixture

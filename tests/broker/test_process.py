@@ -5,6 +5,7 @@ on SIGTERM, SIGKILL and restart, controller restart."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import signal
@@ -19,11 +20,13 @@ import pytest
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.net.connection import Connection
 from minibroker.protocol.api import ApiKey
+from minibroker.testing import wait
 
 pytestmark = pytest.mark.cluster
 
 SECRET = "process-test-secret"
 DEADLINE_S = 30.0
+until = functools.partial(wait.until, timeout_s=DEADLINE_S)
 
 CONTROLLER_SCRIPT = """
 import sys
@@ -83,7 +86,7 @@ class Process:
 
     async def wait_exit(self, timeout: float = DEADLINE_S) -> int:
         assert self.proc is not None
-        await until(lambda: self.proc.poll() is not None, timeout, f"{self.name} to exit")
+        await until(lambda: self.proc.poll() is not None, f"{self.name} to exit", timeout_s=timeout)
         return self.proc.returncode
 
     def output(self) -> str:
@@ -93,20 +96,6 @@ class Process:
         if self.running:
             self.proc.kill()
             self.proc.wait(10)
-
-
-async def until(cond, timeout: float = DEADLINE_S, what: str = "condition") -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        r = cond()
-        if asyncio.iscoroutine(r):
-            r = await r
-        if r:
-            return
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 async def call(host: str, port: int, api: ApiKey, body: dict[str, Any], timeout_ms: int = 10_000) -> dict:

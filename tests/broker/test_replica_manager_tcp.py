@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -25,6 +25,7 @@ from minibroker.net.server import Dispatcher, HandlerSpec, serve
 from minibroker.protocol.api import ApiKey
 from minibroker.records import build_batch, iter_records
 from minibroker.storage import LogManager, PartitionLog
+from minibroker.testing.wait import until
 
 SECRET = "test-secret"
 TOPIC = "orders"
@@ -36,19 +37,6 @@ BASE_CONFIG = {
     "replica.lag.time.max.ms": "30000",
     "min.insync.replicas": "1",
 }
-
-
-async def until(cond: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    """Poll `cond` until truthy, failing after `timeout` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 class Controller:

@@ -1,16 +1,20 @@
 """The CLI as a user runs it: real `minibroker` processes against a cluster
 started by `minibroker cluster up` (random 127.x.y.z addresses, free ports)."""
+import functools
 import os
 import re
 import subprocess
 import sys
-import time
 
 import pytest
 
+from minibroker.testing import wait
 from minibroker.testing.cluster import LocalCluster
 
 pytestmark = pytest.mark.cluster
+
+# Each probe runs a CLI process: poll every 100 ms, for up to 30 s.
+until = functools.partial(wait.until_sync, timeout_s=30, interval_s=0.1)
 
 
 def run(env, *args, input=None, timeout=90):
@@ -21,17 +25,6 @@ def run(env, *args, input=None, timeout=90):
 def ok(r):
     assert r.returncode == 0, (r.stdout.decode(), r.stderr.decode())
     return r.stdout.decode()
-
-
-def until(fn, timeout_s=30, what="condition"):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        v = fn()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached in {timeout_s}s")
-        time.sleep(0.1)
 
 
 def isr_of(env, topic):

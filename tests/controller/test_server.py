@@ -4,21 +4,24 @@ not mocks of our broker."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import re
 import signal
 import subprocess
 import sys
-from typing import Any, Callable
+from typing import Any
 
 from minibroker.config import Config
 from minibroker.controller.server import ControllerServer
 from minibroker.errors import ErrorCode
 from minibroker.net.connection import Connection
 from minibroker.protocol.api import ApiKey
+from minibroker.testing import wait
 
 SECRET = "controller-test-secret"
 DEADLINE_S = 20.0
+until = functools.partial(wait.until, timeout_s=DEADLINE_S)
 
 
 def config(tmp_path, **extra: str) -> Config:
@@ -27,18 +30,6 @@ def config(tmp_path, **extra: str) -> Config:
              "broker.heartbeat.interval.ms": "100", "broker.session.timeout.ms": "800"}
     props.update(extra)
     return Config.load(overrides=props, environ={})
-
-
-async def until(cond: Callable[[], Any], what: str, timeout: float = DEADLINE_S) -> Any:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if loop.time() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 class FakeBroker:

@@ -237,22 +237,26 @@ async def test_s5_fast_double_failover_converges_to_identical_logs(cluster_facto
 
 async def test_s8_follower_below_the_new_leaders_epoch_start_does_not_join_the_isr(cluster_factory):
     """KAFKA-7128. A=1 leads, B=2 and C=3 follow. 95 records reach everyone; then C's path
-    to A is cut and 5 more are written: they are acknowledged once A drops C (ISR {A,B}),
-    and B's HW stays at 95 because its parked fetch (replica.fetch.wait.max.ms=4000) is not
-    woken by the HW move (checked). A is killed; B leads with epoch start 100 and HW 95. C's
+    to A is cut and 5 more are written. Once B holds them, A's answers to B are held in the
+    proxy (B's fetches still reach A, so B stays caught up): the 5 are acknowledged when A
+    drops C (ISR {A,B}), and B never hears of the HW move, so its HW stays at 95 (checked),
+    as a follower one fetch behind. A is killed; B leads with epoch start 100 and HW 95. C's
     answers from B after authentication are held in the proxy, so C's fetch at offset 95 (>= B's HW, < B's
     epoch start) reaches B while C gets nothing back: B must not add C to the ISR (not even
     as a pending expansion). Released, C catches up to 100 and joins; B is killed and C,
     now a legitimate leader, holds all 100 acknowledged records."""
-    c = make_cluster(cluster_factory, **{"replica.fetch.wait.max.ms": "4000", "replica.socket.timeout.ms": "10000"})
+    c = make_cluster(cluster_factory, **{"replica.socket.timeout.ms": "10000"})
     async with Rig(c, "s8", 1) as rig:
         await rig.create_topic([[1, 2, 3]])
-        async with producer(c.bootstrap, **{"linger.ms": "5"}) as p:
+        async with producer(c.bootstrap, **{"linger.ms": "5", "request.timeout.ms": "10000",
+                                            "delivery.timeout.ms": "20000"}) as p:    # outlasts A dropping C
             first = [await p.send("s8", f"m{i}".encode(), partition=0) for i in range(95)]
             acks = [Ack(f"m{i}", 0, o, i) for i, (o, e) in enumerate(await outcomes(first)) if e is None]
             await wait_status(rig, 3, lambda s: s["leo"] == 95, "holds 95 records")
             cut_pairs(c, [(3, 1)])
             last = [await p.send("s8", f"m{i}".encode(), partition=0) for i in range(95, 100)]
+            await wait_status(rig, 2, lambda s: s["leo"] == 100, "holds 100 records")
+            c.hold(2, 1, "responses")
             acks += [Ack(f"m{i}", 0, o, i) for i, (o, e) in zip(range(95, 100), await outcomes(last)) if e is None]
         assert [a.offset for a in acks] == list(range(100)), acks[-5:]
         rig.kill(1)
@@ -265,6 +269,7 @@ async def test_s8_follower_below_the_new_leaders_epoch_start_does_not_join_the_i
         c.unblock(3, 2)
         c.unblock(3, 1)
         c.unblock(1, 3)
+        c.release(2, 1)
         b = await wait_status(rig, 2, lambda s: s["role"] == "leader" and s["leader_epoch"] > epoch0, "leads")
         assert b["hw"] < 100 <= b["epoch_start_offset"], b
 

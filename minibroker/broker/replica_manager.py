@@ -399,10 +399,15 @@ class ReplicaManager:
         await asyncio.to_thread(self.log_manager.checkpoint_high_watermarks, hws)
 
     async def _flush_due(self) -> None:
+        """Every _FLUSH_CHECK_MS: hand the LogManager's flusher pass to a worker
+        thread when a log's flush policy is due, an epoch cache is unwritten, or
+        a truncation lowered a recovery point (so the recovery-point checkpoint
+        is rewritten now, not at the next offset checkpoint)."""
         if self.log_manager is None:
             return
         now = self.clock()
-        if any(p.log.needs_flush(now) or p.log.epoch_cache_dirty for p in self._partitions.values()):
+        if any(p.log.needs_flush(now) or p.log.epoch_cache_dirty or p.log.recovery_point_lowered
+               for p in self._partitions.values()):
             await asyncio.to_thread(self.log_manager.flush_due, now)
 
     async def _checkpoint_offsets(self) -> None:

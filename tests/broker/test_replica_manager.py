@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import types
 from typing import Any
 
@@ -19,6 +20,7 @@ from minibroker.events import Event
 from minibroker.metadata import BrokerRecord, Endpoint, PartitionRecord, TopicRecord
 from minibroker.records import build_batch, iter_records
 from minibroker.storage import LogManager
+from minibroker.storage.checkpoint import RECOVERY_POINT_FILE, OffsetCheckpointFile
 
 T = "t"
 
@@ -393,3 +395,22 @@ async def test_replica_status_reports_the_leaders_view(broker):
     assert (s["role"], s["leo"], s["hw"], s["isr"], s["pending"]) == ("leader", 1, 0, [1, 2], None)
     assert [r["broker_id"] for r in s["replicas"]] == [1, 2] and s["replicas"][1]["leo"] == -1
     assert broker.rm.leaderships() == [(T, 0)] and broker.rm.high_watermark(T, 0) == 0
+
+
+# ------------------------------------------------------------------ durability timers
+
+
+async def test_flush_timer_rewrites_the_recovery_point_checkpoint_soon_after_a_truncation_below_it(broker):
+    broker.setup(replicas=(1,))
+    for v in (b"a", b"b", b"c"):
+        await broker.produce([v])
+    lg = broker.part().log
+    await asyncio.to_thread(lg.flush)
+    await asyncio.to_thread(broker.lm.checkpoint_offsets)
+    rp_file = OffsetCheckpointFile(os.path.join(broker.lm.data_dir, RECOVERY_POINT_FILE))
+    assert rp_file.read() == {(T, 0): 3}
+    lg.truncate_to(1)                              # nothing left to flush, epoch cache unchanged
+    assert lg.recovery_point_lowered and not lg.needs_flush(broker.now) and not lg.epoch_cache_dirty
+    await broker.rm._flush_due()
+    assert rp_file.read() == {(T, 0): 1}
+    assert not lg.recovery_point_lowered

@@ -21,6 +21,7 @@ from minibroker.metadata import BrokerRecord, Endpoint, PartitionRecord, TopicRe
 from minibroker.records import build_batch, iter_records
 from minibroker.storage import LogManager
 from minibroker.storage.checkpoint import RECOVERY_POINT_FILE, OffsetCheckpointFile
+from minibroker.testing.wait import until
 
 T = "t"
 
@@ -34,6 +35,7 @@ class ScriptedController:
         self.error = 0
         self.override: list[int] | None = None
         self.gate: asyncio.Event | None = None
+        self.answered = 0        # answers handed back (the submitter resumes in the same step)
 
     async def submit(self, topic: str, partition: int, leader_epoch: int, partition_epoch: int,
                      new_isr_with_epochs: list[dict], leader_recovery_state: int = 0) -> dict:
@@ -42,6 +44,7 @@ class ScriptedController:
         if self.gate is not None:
             await self.gate.wait()
         isr = self.override or [e["broker_id"] for e in new_isr_with_epochs]
+        self.answered += 1
         return {"partition": partition, "error": self.error, "leader_id": 1, "leader_epoch": leader_epoch,
                 "isr": isr, "partition_epoch": partition_epoch + 1, "leader_recovery_state": 0}
 
@@ -301,11 +304,11 @@ async def test_expansion_is_proposed_with_broker_epochs_and_the_controllers_answ
                        broker_epoch=12)
     core = broker.part().core
     assert core.maximal_isr == (1, 2)             # counts at once, before the answer
-    await asyncio.sleep(0)
+    await until(lambda: broker.controller.calls, "the AlterPartition request")
     assert broker.controller.calls[0]["isr"] == [{"broker_id": 1, "broker_epoch": 11},
                                                 {"broker_id": 2, "broker_epoch": 12}]
-    await asyncio.sleep(0.01)
-    assert core.isr == (1, 3) and core.pending is None and core.partition_epoch == 1
+    await until(lambda: core.pending is None, "the controller's answer")
+    assert core.isr == (1, 3) and core.partition_epoch == 1
 
 
 async def test_rejected_expansion_reverts_to_the_committed_isr(broker):
@@ -314,8 +317,8 @@ async def test_rejected_expansion_reverts_to_the_committed_isr(broker):
     await broker.fetch([{"partition": 0, "fetch_offset": 0, "current_leader_epoch": 0}], replica_id=2)
     core = broker.part().core
     assert core.maximal_isr == (1, 2)
-    await asyncio.sleep(0.01)
-    assert core.pending is None and core.maximal_isr == (1,)
+    await until(lambda: core.pending is None, "the rejection")
+    assert core.maximal_isr == (1,)
 
 
 async def test_stale_alter_partition_answer_after_new_metadata_is_ignored(broker):
@@ -324,7 +327,7 @@ async def test_stale_alter_partition_answer_after_new_metadata_is_ignored(broker
     await broker.fetch([{"partition": 0, "fetch_offset": 0, "current_leader_epoch": 0}], replica_id=2)
     broker.publish(dataclasses.replace(broker.image.partitions[(T, 0)], isr=(1,), partition_epoch=3))
     broker.controller.gate.set()
-    await asyncio.sleep(0.01)
+    await until(lambda: broker.controller.answered, "the stale answer to arrive")
     core = broker.part().core
     assert core.isr == (1,) and core.partition_epoch == 3
 
@@ -334,8 +337,8 @@ async def test_isr_check_shrinks_a_follower_that_stopped_catching_up(broker):
     await broker.produce([b"a"])
     broker.now += 30_001
     broker.rm._isr_check()
-    await asyncio.sleep(0)
-    assert broker.controller.calls and [e["broker_id"] for e in broker.controller.calls[0]["isr"]] == [1]
+    await until(lambda: broker.controller.calls, "the shrink proposal")
+    assert [e["broker_id"] for e in broker.controller.calls[0]["isr"]] == [1]
 
 
 async def test_fenced_broker_is_not_isr_eligible(broker):
@@ -352,7 +355,7 @@ async def test_lesson_profile_commits_isr_changes_at_once_and_tells_the_controll
         assert b.part().core.profile.name == "lesson"
         await b.fetch([{"partition": 0, "fetch_offset": 0, "current_leader_epoch": 0}], replica_id=2)
         assert b.part().core.isr == (1, 2)
-        await asyncio.sleep(0.01)
+        await until(lambda: b.controller.calls, "the controller to be told")
         assert b.controller.calls[0]["partition_epoch"] == 0
     finally:
         await b.close()
@@ -381,11 +384,7 @@ async def test_reassigned_away_replica_is_stopped_and_its_log_deleted(broker):
     broker.publish(dataclasses.replace(broker.image.partitions[(T, 0)], replicas=(2, 3), isr=(2, 3),
                                        leader=2, leader_epoch=1, partition_epoch=1))
     assert broker.part() is None
-    for _ in range(100):
-        if (T, 0) not in broker.lm:
-            break
-        await asyncio.sleep(0.01)
-    assert (T, 0) not in broker.lm
+    await until(lambda: (T, 0) not in broker.lm, "the log to be deleted")
 
 
 async def test_replica_status_reports_the_leaders_view(broker):

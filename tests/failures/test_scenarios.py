@@ -209,7 +209,7 @@ async def test_s5_fast_double_failover_converges_to_identical_logs(cluster_facto
         res = await rig.admin.elect_leaders("preferred", [tp])
         assert res[tp] is None, res
         await wait_status(rig, 2, lambda s: s["role"] == "leader" and s["leader_epoch"] == epoch_a + 1, "leads")
-        async with producer(c.layout.broker(2).address, acks="1") as p:
+        async with producer(c.layout.broker(2).address, acks="1", **{"metadata.max.age.ms": "600000"}) as p:
             zs = [await p.send("s5", f"z{i}".encode(), partition=0) for i in range(6)]
             z_out = await outcomes(zs)
         assert [o for o, _ in z_out] == list(range(10, 16)), z_out
@@ -452,8 +452,10 @@ async def test_s13_min_isr_refuses_before_the_append_and_hides_writes_after_a_sh
         rig.start(2)
         await rig.wait_running([2])
         await wait_status(rig, 1, lambda s: sorted(s["isr"]) == [1, 2], "ISR = {A,B}")
-        rig.pause(2)
-        async with producer(c.bootstrap, **{"request.timeout.ms": "8000", "delivery.timeout.ms": "20000"}) as p:
+        async with producer(c.layout.broker(1).address, **{"request.timeout.ms": "8000", "delivery.timeout.ms": "20000",
+                                                           "metadata.max.age.ms": "600000"}) as p:
+            await p.partitions_for("s13")              # metadata first: nothing to ask the frozen B
+            rig.pause(2)
             fut = await p.send("s13", b"after-append", partition=0)
             await wait_status(rig, 1, lambda s: s["leo"] == leo + 2, "appended the acks=all write")
             await wait_status(rig, 1, lambda s: s["isr"] == [1], "ISR shrunk to {A}")

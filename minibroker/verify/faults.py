@@ -52,11 +52,11 @@ class FaultRig:
         self.workload: Workload | None = None
 
     async def close(self) -> None:
-        if self.workload is not None and self.workload.producer._task is not None:   # noqa: SLF001
+        if self.workload is not None and not self.workload.stopped:
             await self.workload.stop()
         await self.admin.close()
 
-    async def __aenter__(self) -> "Rig":
+    async def __aenter__(self) -> "FaultRig":
         return self
 
     async def __aexit__(self, *exc: Any) -> None:

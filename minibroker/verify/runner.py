@@ -82,6 +82,7 @@ class Workload:
                                            max_in_flight=self.max_in_flight)
         self.live: VerifiableConsumer | None = None
         self.started_at = 0.0
+        self.stopped = False
 
     async def start(self, records: int | None = None, duration_s: float | None = None) -> "Workload":
         """Start the producer (limited by `records`/`duration_s` if given) and the live reader."""
@@ -103,6 +104,9 @@ class Workload:
         await self.producer.wait_acked(base + count, timeout_s, partition)
 
     async def stop(self) -> None:
+        if self.stopped:
+            return
+        self.stopped = True
         await self.producer.stop()
         if self.live is not None:
             await self.live.stop()

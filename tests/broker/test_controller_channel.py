@@ -249,7 +249,7 @@ async def test_alter_partition_survives_a_controller_restart(controller):
     port = controller.port
     await controller.stop()
     pending = asyncio.ensure_future(mgr.submit("t", 1, 3, 7, isr(1)))
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)                     # absence check: the submit keeps retrying (backoff), not done
     assert not pending.done()
     await controller.start(port)
     assert (await pending)["partition"] == 1
@@ -377,7 +377,7 @@ async def test_channel_reconnects_after_the_controller_restarts(controller):
     port = controller.port
     await controller.stop()
     beats = len(controller.heartbeats)
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)                      # the controller stays down a while (the outage is the behaviour under test)
     await controller.start(port)
     controller.append(TopicRecord("after", "a", 1))
     await until(lambda: "after" in image.topics)

@@ -35,7 +35,7 @@ class ScriptedLeader:
 
     async def request(self, api: int, body: dict, *, timeout_ms: int = 30_000) -> dict:
         self.requests.append((int(api), body))
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)                  # yield once, as a real round trip would
         resp = self.answer(int(api), body)
         if isinstance(resp, KafkaError):
             raise resp
@@ -140,7 +140,7 @@ async def test_fenced_at_our_epoch_stops_fetching_until_new_metadata(tmp_path, e
     st = fm.add(part, 1, 5)
     await until(lambda: st.failed)
     n = len(conn.fetches())
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)                    # absence check: no fetch may follow within a window (no backoff loop)
     assert len(conn.fetches()) == n == 1
     assert [e.after for e in events if e.kind == "fetch_error"] == ["FENCED_LEADER_EPOCH"]
     st2 = fm.add(part, 1, 6)                          # newer metadata restarts it
@@ -157,7 +157,7 @@ async def test_other_partition_errors_back_off(tmp_path, events):
     fm = manager(conn, Hooks(), events, clock=lambda: now[0])
     st = fm.add(part, 1, 5)
     await until(lambda: st.backoff_until_ms == 60_000)
-    await asyncio.sleep(0.02)
+    await asyncio.sleep(0.02)                    # absence check: backoff holds, no second fetch
     assert len(conn.fetches()) == 1 and not st.failed
     await fm.shutdown()
 
@@ -220,7 +220,7 @@ async def test_answer_for_a_restarted_partition_is_dropped(tmp_path, events):
             if len(self.requests) == 1:
                 await gate.wait()
                 return answer_partition(records=batch, high_watermark=1)
-            await asyncio.sleep(0.001)
+            await asyncio.sleep(0.001)           # a slow leader's answer: the delay is the behaviour under test
             return answer_partition(high_watermark=0)
 
     conn = Slow(lambda a, b: {})
@@ -241,6 +241,6 @@ async def test_a_partition_left_out_of_the_answer_backs_off_instead_of_spinning(
     fm = manager(conn, Hooks(), events)
     st = fm.add(part, 1, 5)
     await until(lambda: st.backoff_until_ms == 60_000)
-    await asyncio.sleep(0.02)
+    await asyncio.sleep(0.02)                    # absence check: backoff holds, no second fetch
     assert len(conn.fetches()) == 1
     await fm.shutdown()

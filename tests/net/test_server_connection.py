@@ -99,7 +99,7 @@ async def test_pending_requests_fail_retriably_when_connection_closes():
     srv, port = await _echo_server()
     c = await Connection.open("127.0.0.1", port)
     fut = asyncio.ensure_future(c.request(ApiKey.EVENTS, {"from_seq": 5000}))
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)                      # let the request be sent (one loop step, no timing)
     c.close()
     with pytest.raises(KafkaError) as e:
         await fut

@@ -1,6 +1,8 @@
 """`minibroker consume` (kafka-console-consumer, with explicit partitions and follower reads)."""
 from __future__ import annotations
 
+import contextlib
+
 import sys
 import time
 from typing import Any
@@ -76,11 +78,10 @@ def consume(bootstrap_server: str | None, topic: str, partition: int | None, fro
     cfg.update(parse_kv(cprops, "--consumer-property"))
     fmt = parse_kv(props, "--property")
     counter = [0]
-    try:
+    # Ctrl-C ends a --follow; the total is still reported, as Kafka's console consumer does.
+    with contextlib.suppress(KeyboardInterrupt):
         run_async(_consume(resolve_bootstrap(bootstrap_server), cfg, topic, partition, start, follow, timeout_ms,
                            max_messages, fmt, verbose, counter))
-    except KeyboardInterrupt:
-        pass                                    # Ctrl-C ends a --follow: report as Kafka's console consumer does
     click.echo(f"Processed a total of {counter[0]} messages", err=True)
 
 

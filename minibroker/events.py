@@ -52,6 +52,18 @@ class Event:
 
 EventSink = Callable[[Event], None]
 
+# Kinds that happen once per request on the hot path. An HW move is routine
+# unless an ISR change, new metadata or an election caused it (a "jump").
+ROUTINE_KINDS = frozenset({"hw_move", "produce_completed", "follower_fetch"})
+_JUMP_TRIGGERS = ("ISR", "metadata", "became")
+
+
+def is_routine(kind: str, trigger: Any = "") -> bool:
+    """Whether an event is per-request noise (logged at DEBUG, hidden by `watch`)."""
+    if kind not in ROUTINE_KINDS:
+        return False
+    return not (kind == "hw_move" and str(trigger or "").startswith(_JUMP_TRIGGERS))
+
 
 def discard(_: Event) -> None:
     """An EventSink that drops everything."""

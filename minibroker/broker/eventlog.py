@@ -16,14 +16,11 @@ import threading
 from typing import Any
 
 from minibroker.controller.eventlog import EventLog as RingBuffer
-from minibroker.events import Event
+from minibroker.events import Event, is_routine
 
 log = logging.getLogger("minibroker.events")
-
-# Kinds that happen once per request on the hot path: kept in the ring buffer
-# (watch and the Events API see them) but logged only at DEBUG, as Kafka logs
-# every HW increment at DEBUG/TRACE.
-ROUTINE_KINDS = frozenset({"hw_move", "produce_completed", "follower_fetch"})
+# Routine events (minibroker.events.is_routine) stay in the ring buffer but are
+# logged only at DEBUG, as Kafka logs every HW increment at DEBUG/TRACE.
 
 
 def _plain(v: Any) -> Any:
@@ -78,8 +75,7 @@ class EventLog:
 
     def _append(self, ev: Event) -> None:
         seq = self.ring.append(ev)
-        routine = ev.kind in ROUTINE_KINDS and not str(ev.extra.get("trigger", "")).startswith(("ISR", "metadata", "became"))
-        level = logging.DEBUG if routine else logging.INFO
+        level = logging.DEBUG if is_routine(ev.kind, ev.extra.get("trigger")) else logging.INFO
         if not log.isEnabledFor(level):
             return
         d = ev.to_dict()

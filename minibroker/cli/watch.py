@@ -11,9 +11,11 @@ from minibroker.cli.common import bootstrap_option, handle_errors, resolve_boots
 from minibroker.client.admin import Admin
 from minibroker.client.observe import EventFollower, EventLine, PartitionView, snapshot, sorted_events
 from minibroker.config import parse_hostport
+from minibroker.events import is_routine
 from minibroker.testing.cluster import ClusterError, LocalCluster, default_data_dir
 
-# Events that restate what the table already shows; --all-events keeps them.
+# Events that restate what the table already shows, and routine per-request
+# events (HW increments by appends and fetches); --all-events keeps them.
 QUIET_KINDS = frozenset({"replica_eligibility", "isr_update_ignored", "isr_metadata"})
 HEADERS = ("PARTITION", "LEADER", "EPOCH", "ISR", "ELR", "HW", "REPLICAS (id:LEO/lag)")
 
@@ -58,7 +60,9 @@ def _fmt(v: Any) -> str:
 
 
 def shown(lines: list[EventLine], all_events: bool) -> list[EventLine]:
-    return [l for l in sorted_events(lines) if all_events or l.event.get("kind") not in QUIET_KINDS]
+    return [l for l in sorted_events(lines)
+            if all_events or not (l.event.get("kind") in QUIET_KINDS
+                                  or is_routine(l.event.get("kind", ""), l.event.get("trigger")))]
 
 
 def _local_sources() -> tuple[dict[int, tuple[str, int]], tuple[str, int] | None]:

@@ -502,6 +502,7 @@ def metadata_response(image: MetadataImage, listener: str, topics: list[str] | N
                 "replicas": list(p.replicas), "isr": list(p.isr), "elr": list(p.elr),
                 "last_known_elr": list(p.last_known_elr), "offline_replicas": offline,
             })
-        out_topics.append({"topic": name, "error": 0, "configs": dict(t.configs), "partitions": parts})
+        out_topics.append({"topic": name, "topic_id": t.topic_id, "error": 0, "configs": dict(t.configs),
+                           "partitions": parts})
     return {"brokers": brokers, "cluster_id": image.cluster_id, "controller_id": image.controller_id,
             "topics": out_topics}

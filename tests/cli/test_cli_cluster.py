@@ -75,7 +75,8 @@ def test_topics_create_list_describe_in_kafkas_format(env):
                   "--config", "min.insync.replicas=2")) == "Created topic orders.\n"
     assert "orders" in ok(run(env, "topics", "list")).split()
     lines = ok(run(env, "topics", "describe", "--topic", "orders")).splitlines()
-    assert lines[0] == "Topic: orders\tPartitionCount: 3\tReplicationFactor: 3\tConfigs: min.insync.replicas=2"
+    assert re.fullmatch(r"Topic: orders\tTopicId: [A-Za-z0-9_-]{22}\tPartitionCount: 3\tReplicationFactor: 3"
+                        r"\tConfigs: min.insync.replicas=2", lines[0]), lines[0]
     for p, line in enumerate(lines[1:]):
         m = re.fullmatch(rf"\tTopic: orders\tPartition: {p}\tLeader: (\d)\tReplicas: (\d,\d,\d)\tIsr: (\d,\d,\d)"
                          r"\tElr: \tLastKnownElr: ", line)

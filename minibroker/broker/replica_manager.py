@@ -249,8 +249,10 @@ class ReplicaManager:
         failed, new_epoch = part.make_follower(rec, now_ms)
         if failed is not None:
             self._apply(part, failed, now_ms)
-        if rec.leader == NO_LEADER:
-            self.fetchers.remove(part.key)
+        me = self.image.brokers.get(self.node_id)
+        shutting_down = me is not None and me.in_controlled_shutdown
+        if rec.leader == NO_LEADER or (shutting_down and self.node_id not in rec.isr):
+            self.fetchers.remove(part.key)            # T2: nothing to fetch, or leaving in controlled shutdown
         elif new_epoch or self.fetchers.state(part.key) is None:
             part.initial_fetch_offset(now_ms)
             self.fetchers.add(part, rec.leader, rec.leader_epoch)

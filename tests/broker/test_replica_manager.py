@@ -332,6 +332,24 @@ async def test_stale_alter_partition_answer_after_new_metadata_is_ignored(broker
     assert core.isr == (1,) and core.partition_epoch == 3
 
 
+async def test_follower_in_controlled_shutdown_stops_fetching_once_out_of_the_isr(broker):
+    broker.setup(replicas=(2, 1), isr=(2, 1))
+    assert broker.rm.fetchers.state((T, 0)) is not None          # a follower of 2, fetching
+    rec = broker.image.partitions[(T, 0)]
+    broker.publish(BrokerRecord(1, 11, None, (Endpoint("PLAINTEXT", "127.0.0.1", 1),), fenced=False,
+                                in_controlled_shutdown=True),
+                   dataclasses.replace(rec, isr=(2,), partition_epoch=rec.partition_epoch + 1))
+    assert broker.rm.fetchers.state((T, 0)) is None              # T2: stopped, not restarted
+
+
+async def test_follower_of_a_leaderless_partition_does_not_fetch(broker):
+    broker.setup(replicas=(2, 1), isr=(2, 1))
+    rec = broker.image.partitions[(T, 0)]
+    broker.publish(dataclasses.replace(rec, leader=-1, leader_epoch=rec.leader_epoch + 1,
+                                       partition_epoch=rec.partition_epoch + 1))
+    assert broker.rm.fetchers.state((T, 0)) is None
+
+
 async def test_isr_check_shrinks_a_follower_that_stopped_catching_up(broker):
     broker.setup(replicas=(1, 2))
     await broker.produce([b"a"])

@@ -206,13 +206,18 @@ class ControllerServer:
 
     async def _timer_loop(self) -> None:
         """Liveness check (one stale broker fenced per decision, until none) and periodic tasks."""
+        loop = asyncio.get_running_loop()
         while True:
+            slept_from = loop.time()
             await asyncio.sleep(self.tick_ms / 1000)
+            late_ms = int((loop.time() - slept_from) * 1000) - self.tick_ms
             if self.mlog.failed is not None:
                 self._die(self.mlog.failed)
                 return
             try:
                 now = self.clock.now_ms()
+                if late_ms > self.core.settings.session_timeout_ms // 2:
+                    await self._decide(self.core.on_liveness_gap, now, late_ms)
                 while await self._decide(self.core.maybe_fence_one_stale_broker, now) is not None:
                     pass
                 for task in self.core.due_periodic_tasks(now):

@@ -352,6 +352,19 @@ class ControllerState:
                        f"(broker.session.timeout.ms={self.settings.session_timeout_ms})")
         return self._finish()
 
+    def on_liveness_gap(self, now_ms: int, gap_ms: int) -> Outcome:
+        """Triggered when the driver's liveness timer ran `gap_ms` late (the controller
+        process was frozen or starved). Heartbeats sent meanwhile could not be read, so the
+        brokers' silence is the controller's, not theirs: as a newly active Kafka controller
+        does, every session's last contact restarts now. Nothing is fenced for it."""
+        self._begin(now_ms)
+        for session in self.cluster.sessions.values():
+            session.last_contact_ms = max(session.last_contact_ms, now_ms)
+        self._emit("controller_resumed", "", None, None,
+                   f"liveness check ran {gap_ms} ms late (controller paused or starved): "
+                   f"broker sessions restart now instead of fencing brokers it could not hear")
+        return self._finish()
+
     # ----------------------------------------------------------------- topics
     def create_topics(self, now_ms: int, topics: Sequence[dict[str, Any]], validate_only: bool = False) -> Outcome:
         """Triggered by CreateTopics (forwarded by a broker). Each topic succeeds or fails alone."""

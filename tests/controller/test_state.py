@@ -77,6 +77,20 @@ def test_broker_silent_past_session_timeout_is_fenced_with_a_reason():
     assert ev.reason == f"broker 2 fenced: no heartbeat for {SESSION_MS + 12} ms (broker.session.timeout.ms={SESSION_MS})"
 
 
+def test_a_liveness_gap_of_the_controller_itself_restarts_sessions_instead_of_fencing():
+    h = Harness()
+    h.start(1, 2)
+    h.advance(SESSION_MS + 500)                  # the controller was frozen: nobody could reach it
+    out = h.state.on_liveness_gap(h.now, SESSION_MS + 500)
+    assert [e.kind for e in out.events] == ["controller_resumed"] and out.records == []
+    assert h.tick() == []
+    assert not h.state.cluster.brokers[1].fenced and not h.state.cluster.brokers[2].fenced
+    h.advance(SESSION_MS + 1)                    # silence after the resume still fences
+    h.heartbeat(1)
+    h.tick()
+    assert h.state.cluster.brokers[2].fenced and not h.state.cluster.brokers[1].fenced
+
+
 def test_only_one_stale_broker_is_fenced_per_check_oldest_first():
     h = Harness()
     h.start(1, 2, 3)

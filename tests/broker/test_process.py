@@ -234,7 +234,7 @@ async def test_events_long_poll_wakes_on_the_next_event(cluster_factory):
     first = await c.request(1, ApiKey.EVENTS, {"from_seq": 0})
     parked = asyncio.ensure_future(c.request(1, ApiKey.EVENTS, {"from_seq": first["next_seq"], "max_wait_ms": 20_000},
                                              timeout_ms=30_000))
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)                       # one loop step: the request is on the wire, not answered
     assert not parked.done()
     await c.create_topic(1, "wake", 1, 1)        # the data path emits events for the new leader
     c.brokers[1].send(signal.SIGTERM)            # ... and the lifecycle emits state changes

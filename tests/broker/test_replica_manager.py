@@ -227,8 +227,7 @@ async def test_parked_consumer_fetch_completes_at_max_wait_with_the_current_hw(b
 async def test_parked_fetch_answers_not_leader_when_leadership_moves_away(broker):
     broker.setup()
     parked = asyncio.ensure_future(broker.fetch([{"partition": 0, "fetch_offset": 0}], max_wait_ms=60_000))
-    await asyncio.sleep(0)
-    assert len(broker.rm.purgatory) == 1
+    await until(lambda: len(broker.rm.purgatory) == 1, "the fetch to park")
     broker.publish(dataclasses.replace(broker.image.partitions[(T, 0)], leader=2, leader_epoch=1,
                                        partition_epoch=1))
     (e,) = entries(await asyncio.wait_for(parked, 5))

@@ -3,25 +3,13 @@ import asyncio
 
 import pytest
 
+from minibroker.testing.echo import echo_server
+
 from minibroker.testing.layout import Route
 from minibroker.testing.proxy import FaultProxy, control
 from minibroker.testing.cluster import _free_port
 
 HOST = "127.0.0.1"
-
-
-async def echo_server():
-    async def handle(r, w):
-        try:
-            while data := await r.read(65536):
-                w.write(data)
-                await w.drain()
-        except ConnectionError:
-            pass
-        finally:
-            w.close()
-    srv = await asyncio.start_server(handle, HOST, 0)
-    return srv, srv.sockets[0].getsockname()[1]
 
 
 @pytest.fixture

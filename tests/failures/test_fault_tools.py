@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+from minibroker.testing.echo import echo_server
+
 from minibroker.testing.cluster import LocalCluster, _free_port, proc_state
 from minibroker.testing.layout import Route
 from minibroker.testing.proxy import FaultProxy, control
@@ -22,17 +24,7 @@ HOST = "127.0.0.1"
 
 @pytest.fixture
 async def echo_proxy():
-    async def handle(r, w):
-        try:
-            while data := await r.read(65536):
-                w.write(data)
-                await w.drain()
-        except ConnectionError:
-            pass
-        finally:
-            w.close()
-    srv = await asyncio.start_server(handle, HOST, 0)
-    port = srv.sockets[0].getsockname()[1]
+    srv, port = await echo_server(HOST)
     route = Route("b1->b2", 1, 2, (HOST, _free_port(HOST)), (HOST, port))
     proxy = FaultProxy([route])
     await proxy.start()

@@ -10,7 +10,7 @@ through a typed getter, which names the property in its error.
 from __future__ import annotations
 
 import os
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 DEFAULTS: dict[str, str] = {
     # identity and networking
@@ -123,7 +123,7 @@ class Config:
 
     @classmethod
     def load(cls, path: str | None = None, overrides: Mapping[str, str] | None = None,
-             environ: Mapping[str, str] | None = None) -> "Config":
+             environ: Mapping[str, str] | None = None) -> Config:
         props = dict(DEFAULTS)
         if path:
             try:
@@ -138,7 +138,7 @@ class Config:
             props["node.id"] = props["broker.id"]
         return cls(props)
 
-    def with_overrides(self, overrides: Mapping[str, str]) -> "Config":
+    def with_overrides(self, overrides: Mapping[str, str]) -> Config:
         return Config({**self._props, **overrides})
 
     def get(self, key: str, default: str | None = None) -> str:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +42,7 @@ class Event:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Event":
+    def from_dict(cls, d: dict[str, Any]) -> Event:
         known = {"kind", "time_ms", "partition", "before", "after", "reason"}
         return cls(
             kind=d["kind"], time_ms=d["time_ms"], partition=d["partition"],

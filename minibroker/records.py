@@ -52,7 +52,8 @@ from __future__ import annotations
 
 import struct
 import time
-from typing import Any, Iterable, Iterator, NamedTuple, Sequence
+from typing import Any, NamedTuple
+from collections.abc import Iterable, Iterator, Sequence
 
 import msgpack
 from crc32c import crc32c

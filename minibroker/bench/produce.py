@@ -14,7 +14,8 @@ import statistics
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from minibroker.client.accumulator import ProducerBatch
 from minibroker.client.admin import Admin

@@ -24,7 +24,8 @@ import enum
 import logging
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any
+from collections.abc import Callable
 
 from minibroker.broker.clock import now_ms
 from minibroker.broker.metadata_image import MetadataDelta, MetadataError, MetadataImage
@@ -535,7 +536,7 @@ class ControllerChannel:
                 return False
             try:
                 await asyncio.wait_for(self._changed.wait(), remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return cond()
         return True
 
@@ -642,7 +643,7 @@ class ControllerChannel:
             return
         try:
             await asyncio.wait_for(self._wake.wait(), ms / 1000)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     async def _metadata_loop(self) -> None:

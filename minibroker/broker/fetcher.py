@@ -23,7 +23,8 @@ import asyncio
 import functools
 import logging
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Protocol
+from collections.abc import Awaitable, Callable
 
 from minibroker.broker.partition import Partition
 from minibroker.config import Config
@@ -59,7 +60,7 @@ class FetcherSettings:
     socket_timeout_ms: int = 30_000
 
     @classmethod
-    def from_config(cls, config: Config, replica_id: int) -> "FetcherSettings":
+    def from_config(cls, config: Config, replica_id: int) -> FetcherSettings:
         return cls(
             replica_id=replica_id,
             wait_max_ms=config.get_int("replica.fetch.wait.max.ms"),
@@ -171,7 +172,7 @@ class ReplicaFetcher:
         timeout = max(0, min(pending) - now) / 1000 if pending else None
         try:
             await asyncio.wait_for(self._wake.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     async def _fetch_once(self, ready: list[FetchState]) -> None:

@@ -13,7 +13,8 @@ handlers read it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 from minibroker.config import DEFAULTS, Config, topic_config
 from minibroker.metadata import (

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 from minibroker.broker.tail import TailCache
 from minibroker.errors import ErrorCode

@@ -15,7 +15,8 @@ Wakeups are O(parked operations on that partition), never a scan.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Hashable
+from typing import Any
+from collections.abc import Hashable
 
 from minibroker.errors import ErrorCode
 
@@ -29,7 +30,7 @@ class ProduceWaiter:
 
     __slots__ = ("op", "entry", "key", "done")
 
-    def __init__(self, op: "DelayedProduce", entry: dict[str, Any], key: PartitionKey) -> None:
+    def __init__(self, op: DelayedProduce, entry: dict[str, Any], key: PartitionKey) -> None:
         self.op = op
         self.entry = entry
         self.key = key

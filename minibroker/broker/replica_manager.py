@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 from minibroker.broker.clock import now_ms as wall_now_ms
 from minibroker.broker.fetcher import FetcherManager, FetcherSettings

@@ -27,7 +27,8 @@ import logging
 import os
 import signal
 import socket
-from typing import Any, Awaitable, Callable
+from typing import Any
+from collections.abc import Awaitable, Callable
 
 import minibroker
 from minibroker.broker.clock import now_ms

@@ -132,7 +132,7 @@ async def _broker_states(c: LocalCluster) -> dict[int, str]:
             try:
                 resp = await asyncio.wait_for(admin.api_versions((spec.host, spec.port)), 2)
                 out[b] = resp.get("state", "?")
-            except (KafkaError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, KafkaError) as exc:
                 timed_out = isinstance(exc, asyncio.TimeoutError) or exc.code == ErrorCode.REQUEST_TIMED_OUT
                 out[b] = "no answer" if timed_out else f"unreachable ({exc.name})"
         await asyncio.gather(*(one(b) for b in c.broker_ids))

@@ -7,7 +7,8 @@ import functools
 import json
 import os
 import sys
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
 
 import click
 

@@ -4,7 +4,7 @@ Pure functions from client-library values to lines; the commands print them.
 """
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from minibroker.client.describe import PartitionDescription, TopicDescription
 from minibroker.client.types import TopicPartition

@@ -17,7 +17,8 @@ from __future__ import annotations
 import random
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
+from collections.abc import Callable
 
 from minibroker.client.retry import Backoff
 from minibroker.client.types import TopicPartition

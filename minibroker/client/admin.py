@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
+from collections.abc import Iterable, Mapping
 
 from minibroker.client.config import ADMIN_DEFAULTS, client_config
 from minibroker.client.describe import BrokerDescription, TopicDescription, describe_from_metadata
 from minibroker.client.metadata import parse_topic
 from minibroker.client.network import Address, ClientNetwork, now_ms
-from minibroker.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OffsetResult, list_offsets
+from minibroker.client.offsets import LATEST_TIMESTAMP, OffsetResult, list_offsets
 from minibroker.client.types import TopicPartition
 from minibroker.config import parse_hostport
 from minibroker.errors import ErrorCode, KafkaError
@@ -51,7 +52,7 @@ class Admin:
         self.net = ClientNetwork(self.cfg, all_topics=True)
         self.api_timeout_ms = self.cfg.get_int("default.api.timeout.ms")
 
-    async def __aenter__(self) -> "Admin":
+    async def __aenter__(self) -> Admin:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:

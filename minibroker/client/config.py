@@ -7,7 +7,8 @@ underscores for dots (`linger_ms=5`). Values are read through
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from minibroker.config import Config, ConfigError, parse_hostport
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from typing import Any, AsyncIterator, Callable, Iterable, Mapping
+from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 
 from minibroker.client.config import CONSUMER_DEFAULTS, client_config
 from minibroker.client.fetch_state import EARLIEST, LATEST, NONE, FetchState, Reaction
@@ -59,14 +60,14 @@ class Consumer:
 
     # -- lifecycle -----------------------------------------------------------------
 
-    async def start(self) -> "Consumer":
+    async def start(self) -> Consumer:
         if not self._started:
             self._started = True
             self.net.listeners.append(self._changed.set)
             self.net.start()
         return self
 
-    async def __aenter__(self) -> "Consumer":
+    async def __aenter__(self) -> Consumer:
         return await self.start()
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -221,7 +222,7 @@ class Consumer:
         self._changed.clear()
         try:
             await asyncio.wait_for(self._changed.wait(), max(ms, 1) / 1000)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     def _next_retry_delay(self, now: int) -> int:

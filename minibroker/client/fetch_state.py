@@ -21,7 +21,7 @@ Must not know sockets, record formats or the metadata cache's internals.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from minibroker.client.types import TopicPartition
 from minibroker.errors import ErrorCode, KafkaError, error_name

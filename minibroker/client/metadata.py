@@ -12,7 +12,8 @@ refreshes are paced by `retry.backoff.ms` and forced by `metadata.max.age.ms`.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 from minibroker.errors import ErrorCode
 from minibroker.client.types import BrokerNode, PartitionMetadata, TopicMetadata, TopicPartition

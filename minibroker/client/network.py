@@ -17,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from minibroker.client.config import parse_bootstrap
 from minibroker.client.metadata import MetadataCache
@@ -237,7 +238,7 @@ class ClientNetwork:
                 self._wake.clear()
                 try:
                     await asyncio.wait_for(self._wake.wait(), delay / 1000)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
                 continue
             try:

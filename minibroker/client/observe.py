@@ -102,7 +102,7 @@ async def snapshot(admin: Admin, extra_brokers: dict[int, tuple[str, int]] | Non
     async def one(node: int, addr: tuple[str, int]) -> None:
         try:
             statuses[node] = await asyncio.wait_for(admin.replica_status(addr), 3)
-        except (KafkaError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, KafkaError) as exc:
             errors[node] = str(exc) or "timed out"
     await asyncio.gather(*(one(n, a) for n, a in brokers.items()))
     return join(topics, statuses), errors

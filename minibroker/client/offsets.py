@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Mapping
+from collections.abc import Mapping
 
 from minibroker.client.network import ClientNetwork, now_ms
 from minibroker.client.retry import is_retriable, needs_metadata

@@ -10,7 +10,7 @@ Pure: the caller passes the partition counts and the random source.
 from __future__ import annotations
 
 import random
-from typing import Callable
+from collections.abc import Callable
 
 
 def murmur2(data: bytes) -> int:

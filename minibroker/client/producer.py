@@ -28,7 +28,8 @@ import logging
 
 import msgpack
 import time
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
+from collections.abc import Callable, Iterable, Mapping
 
 from minibroker.client.accumulator import RECORD_OVERHEAD, BufferFull, ProducerBatch, RecordAccumulator, record_size
 from minibroker.client.config import PRODUCER_DEFAULTS, client_config, parse_acks
@@ -93,7 +94,7 @@ class RecordFuture:
     def exception(self) -> KafkaError | None:
         return self._batch.waiter.result()[1]
 
-    def add_done_callback(self, fn: Callable[["RecordFuture"], Any]) -> None:
+    def add_done_callback(self, fn: Callable[[RecordFuture], Any]) -> None:
         self._batch.waiter.add_done_callback(lambda _f: fn(self))
 
     @property
@@ -141,7 +142,7 @@ class Producer:
 
     # -- lifecycle ---------------------------------------------------------------
 
-    async def start(self) -> "Producer":
+    async def start(self) -> Producer:
         if self._started:
             return self
         self._loop = asyncio.get_running_loop()
@@ -151,7 +152,7 @@ class Producer:
         self._sender = asyncio.ensure_future(self._run())
         return self
 
-    async def __aenter__(self) -> "Producer":
+    async def __aenter__(self) -> Producer:
         return await self.start()
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -301,7 +302,7 @@ class Producer:
         try:
             self._space.clear()
             await asyncio.wait_for(self._space.wait(), self.max_block_ms / 1000)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise KafkaError(ErrorCode.REQUEST_TIMED_OUT,
                              f"buffer.memory full for max.block.ms={self.max_block_ms}") from None
         finally:
@@ -346,7 +347,7 @@ class Producer:
                 else:
                     try:
                         await asyncio.wait_for(self._wake.wait(), max(delay, 1) / 1000)
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
                         pass
         except asyncio.CancelledError:
             raise

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 from minibroker.metadata import BrokerRecord
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, replace
-from typing import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from minibroker.metadata import NO_LEADER, RECOVERED, RECOVERING, PartitionRecord
 

@@ -54,7 +54,7 @@ class EventLog:
         self._waiters.append(fut)
         try:
             await asyncio.wait_for(fut, max_wait_ms / 1000)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         finally:
             if fut in self._waiters:

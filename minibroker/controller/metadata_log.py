@@ -292,7 +292,7 @@ class MetadataLog:
             self._record_waiters.append(fut)
             try:
                 await asyncio.wait_for(fut, left)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return
             finally:
                 if fut in self._record_waiters:

@@ -11,7 +11,7 @@ placer also accepts mixed clusters.
 from __future__ import annotations
 
 import random
-from typing import Mapping
+from collections.abc import Mapping
 
 
 class PlacementError(ValueError):

@@ -18,7 +18,8 @@ import logging
 import os
 import time
 import uuid
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
+from collections.abc import Callable
 
 from minibroker.config import Config, parse_listeners
 from minibroker.controller.eventlog import EventLog
@@ -162,7 +163,7 @@ class ControllerServer:
         for srv in self._servers:
             try:
                 await asyncio.wait_for(srv.wait_closed(), 2)
-            except (asyncio.TimeoutError, Exception):
+            except (TimeoutError, Exception):
                 pass
         await self.mlog.close()
         self.stopped.set()

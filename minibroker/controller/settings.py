@@ -21,7 +21,7 @@ class ControllerSettings:
     unclean_leader_election_interval_ms: int = 300_000
 
     @classmethod
-    def from_config(cls, c: Config) -> "ControllerSettings":
+    def from_config(cls, c: Config) -> ControllerSettings:
         return cls(
             node_id=c.get_int("node.id"),
             session_timeout_ms=c.get_int("broker.session.timeout.ms"),

@@ -26,7 +26,8 @@ from __future__ import annotations
 import base64
 import random
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
+from collections.abc import Callable, Iterable, Sequence
 
 from minibroker.controller.cluster import BrokerState, Cluster
 from minibroker.controller.election import Election, PartitionChange, build_partition_change

@@ -11,7 +11,7 @@ the clock.
 from __future__ import annotations
 
 import re
-from typing import Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 from minibroker.config import TOPIC_CONFIGS
 from minibroker.metadata import PartitionRecord, RemoveTopicRecord, TopicRecord

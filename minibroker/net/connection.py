@@ -19,7 +19,7 @@ from minibroker.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, F
 
 
 class _ClientProtocol(asyncio.Protocol):
-    def __init__(self, conn: "Connection") -> None:
+    def __init__(self, conn: Connection) -> None:
         self.conn = conn
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -50,13 +50,13 @@ class Connection:
     @classmethod
     async def open(cls, host: str, port: int, *, client_id: str = "minibroker-client",
                    secret: str | None = None, timeout_s: float = 5.0,
-                   max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> "Connection":
+                   max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Connection:
         conn = cls(host, port, client_id, max_frame_bytes)
         loop = asyncio.get_running_loop()
         try:
             transport, _ = await asyncio.wait_for(
                 loop.create_connection(lambda: _ClientProtocol(conn), host, port), timeout_s)
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError) as exc:
             raise KafkaError(ErrorCode.NETWORK_EXCEPTION, f"cannot connect to {host}:{port}: {exc or 'timeout'}") from None
         conn._transport = transport  # type: ignore[assignment]
         if secret is not None:

@@ -17,7 +17,8 @@ import hmac
 import logging
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any
+from collections.abc import Awaitable, Callable
 
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.net.tcp import set_nodelay
@@ -32,7 +33,7 @@ _NO_RESPONSE = object()
 
 @dataclass
 class RequestContext:
-    conn: "ServerConnection"
+    conn: ServerConnection
     api: ApiKey
     version: int
     correlation_id: int
@@ -71,7 +72,7 @@ class Dispatcher:
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     # Extra ApiVersions fields describing the process: node_id, state, software.
     describe: Callable[[], dict[str, Any]] = lambda: {}
-    connections: set["ServerConnection"] = field(default_factory=set)
+    connections: set[ServerConnection] = field(default_factory=set)
 
     def api_versions(self) -> list[dict[str, int]]:
         keys = [{"api": int(k), "min_v": s.versions[0], "max_v": s.versions[1]} for k, s in self.handlers.items()]

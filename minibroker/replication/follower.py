@@ -6,7 +6,7 @@ the epoch-cache file, the fetcher or the network.
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 UNDEFINED = -1
 

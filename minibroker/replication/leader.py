@@ -25,7 +25,8 @@ import heapq
 import itertools
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping
+from typing import Any
+from collections.abc import Iterable, Mapping
 
 from minibroker.errors import ErrorCode
 from minibroker.events import Event, EventSink, discard
@@ -100,7 +101,7 @@ class _Waiter:
     token: object
     alive: bool = True
 
-    def __lt__(self, other: "_Waiter") -> bool:
+    def __lt__(self, other: _Waiter) -> bool:
         return (self.required_offset, self.seq) < (other.required_offset, other.seq)
 
 

@@ -20,7 +20,8 @@ so it must run off the event loop.
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterable, TypeVar
+from typing import TypeVar
+from collections.abc import Callable, Iterable
 
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.storage import fsutil

@@ -15,7 +15,7 @@ along `entries` (assign() removes whatever would break that).
 from __future__ import annotations
 
 import bisect
-from typing import Iterable
+from collections.abc import Iterable
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1

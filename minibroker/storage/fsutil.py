@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 from minibroker.errors import ErrorCode, KafkaError
 

@@ -37,7 +37,8 @@ import bisect
 import os
 import threading
 import time
-from typing import Callable, NamedTuple
+from typing import NamedTuple
+from collections.abc import Callable
 
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.events import Event, EventSink, discard
@@ -138,7 +139,7 @@ class PartitionLog:
                    epoch_entries_dropped=[list(e) for e in info.epoch_entries_dropped])
 
     @classmethod
-    def open(cls, directory: str, config: LogConfig | None = None, **kwargs: object) -> "PartitionLog":
+    def open(cls, directory: str, config: LogConfig | None = None, **kwargs: object) -> PartitionLog:
         """`PartitionLog(directory, config or LogConfig(), **kwargs)`."""
         return cls(directory, config or LogConfig(), **kwargs)  # type: ignore[arg-type]
 

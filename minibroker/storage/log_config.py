@@ -8,7 +8,8 @@ raise KafkaError(INVALID_CONFIG).
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from minibroker.errors import ErrorCode, KafkaError
 
@@ -46,7 +47,7 @@ class LogConfig:
                 raise KafkaError(ErrorCode.INVALID_CONFIG, msg)
 
     @classmethod
-    def from_properties(cls, props: Mapping[str, Any], base: "LogConfig | None" = None) -> "LogConfig":
+    def from_properties(cls, props: Mapping[str, Any], base: LogConfig | None = None) -> LogConfig:
         """Build from Kafka property names; values may be strings. Properties
         not given keep the values of `base` (or the defaults)."""
         updates: dict[str, Any] = {}

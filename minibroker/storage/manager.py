@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from typing import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.events import Event, EventSink, discard

@@ -13,7 +13,8 @@ page cache; fsync happens only through `dup_fds()`, from a flush thread.
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterator, NamedTuple
+from typing import NamedTuple
+from collections.abc import Callable, Iterator
 
 from minibroker.records import (
     HEADER, HEADER_SIZE, LOG_OVERHEAD, batch_crc_ok, check_header, parse_header,
@@ -91,11 +92,11 @@ class LogSegment:
         self._bytes_since_index = 0
 
     @classmethod
-    def create(cls, directory: str, base_offset: int, index_interval_bytes: int) -> "LogSegment":
+    def create(cls, directory: str, base_offset: int, index_interval_bytes: int) -> LogSegment:
         return cls(directory, base_offset, index_interval_bytes, fresh=True)
 
     @classmethod
-    def open_existing(cls, directory: str, base_offset: int, index_interval_bytes: int) -> "LogSegment":
+    def open_existing(cls, directory: str, base_offset: int, index_interval_bytes: int) -> LogSegment:
         """Open files as found; call `load_clean()` or `recover()` next."""
         return cls(directory, base_offset, index_interval_bytes, fresh=False)
 

@@ -26,7 +26,8 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
 
 from minibroker.client.admin import Admin
 from minibroker.errors import KafkaError
@@ -124,7 +125,7 @@ class LocalCluster:
     @classmethod
     def create(cls, data_dir: str, *, brokers: int = 3, free_ports: bool = False, proxied: bool = True,
                overrides: Mapping[str, str] | None = None, controller_overrides: Mapping[str, str] | None = None,
-               fast: bool = False) -> "LocalCluster":
+               fast: bool = False) -> LocalCluster:
         """Lay out a new cluster in `data_dir` (not started). `free_ports` picks a random
         127.x.y.0/24 and free ports (tests); otherwise the well-known layout: brokers on
         127.0.0.1..N:9092, controller on 127.0.0.1:9093."""
@@ -172,7 +173,7 @@ class LocalCluster:
                                        f"(`minibroker cluster status`, or use another --data-dir)") from None
 
     @classmethod
-    def load(cls, data_dir: str) -> "LocalCluster":
+    def load(cls, data_dir: str) -> LocalCluster:
         path = state_path(os.path.abspath(data_dir))
         try:
             with open(path, encoding="utf-8") as f:
@@ -596,7 +597,7 @@ class LocalCluster:
         from minibroker.client.consumer import Consumer
         return Consumer(self.bootstrap, config, **kw)
 
-    async def __aenter__(self) -> "LocalCluster":
+    async def __aenter__(self) -> LocalCluster:
         try:
             await self.up()
         except BaseException:

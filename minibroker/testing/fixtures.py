@@ -15,7 +15,8 @@ Everything is SIGKILLed at teardown; data and logs stay in tmp_path.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
+from collections.abc import Callable, Iterator
 
 import pytest
 

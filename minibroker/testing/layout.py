@@ -146,7 +146,7 @@ class ClusterLayout:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ClusterLayout":
+    def from_dict(cls, d: dict[str, Any]) -> ClusterLayout:
         return cls(
             data_dir=d["data_dir"], controller=tuple(d["controller"]),  # type: ignore[arg-type]
             brokers=tuple(BrokerSpec(b["node_id"], b["host"], b["port"], b["rack"],

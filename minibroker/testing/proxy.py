@@ -59,10 +59,10 @@ def _reset(transport: asyncio.BaseTransport) -> None:
 class _Side(asyncio.Protocol):
     """One end of a forwarded connection; writes what it reads to its peer."""
 
-    def __init__(self, pipe: "_Pipe") -> None:
+    def __init__(self, pipe: _Pipe) -> None:
         self.pipe = pipe
         self.transport: asyncio.Transport | None = None
-        self.peer: "_Side | None" = None
+        self.peer: _Side | None = None
         self.early: list[bytes] = []     # read before the peer connected (some loops read before resume)
         self.held: list[bytes] = []      # read while the route holds this side's direction
         # Frame tracking (only boundaries): bytes of a partial length prefix, bytes left in the
@@ -150,7 +150,7 @@ class _Side(asyncio.Protocol):
 
 
 class _Pipe:
-    def __init__(self, proxy: "FaultProxy", route: Route) -> None:
+    def __init__(self, proxy: FaultProxy, route: Route) -> None:
         self.proxy = proxy
         self.route = route
         self.inbound = _Side(self)
@@ -190,7 +190,7 @@ class _Pipe:
 
 
 class _Acceptor(asyncio.Protocol):
-    def __init__(self, proxy: "FaultProxy", route: Route) -> None:
+    def __init__(self, proxy: FaultProxy, route: Route) -> None:
         self.proxy = proxy
         self.route = route
 

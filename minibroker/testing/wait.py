@@ -13,7 +13,8 @@ import asyncio
 import inspect
 import reprlib
 import time
-from typing import Any, Awaitable, Callable
+from typing import Any
+from collections.abc import Awaitable, Callable
 
 TIMEOUT_S = 10.0
 INTERVAL_S = 0.05

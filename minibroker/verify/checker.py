@@ -27,7 +27,7 @@ It must not know how the records were produced or read.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from collections.abc import Iterable
 
 # Errors after which the record is definitely not in the log (refused before append).
 DEFINITE_FAILURES = frozenset({

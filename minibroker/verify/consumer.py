@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from minibroker.client.consumer import Consumer
 from minibroker.client.types import TopicPartition
@@ -60,7 +61,7 @@ class VerifiableConsumer:
         self._task: asyncio.Task | None = None
         self._stop = asyncio.Event()
 
-    async def start(self) -> "VerifiableConsumer":
+    async def start(self) -> VerifiableConsumer:
         await self.consumer.start()
         self.consumer.on_note = self._on_note
         self._tps = await self.consumer.assign_topic(self.topic)

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from minibroker.client.admin import Admin
 from minibroker.errors import KafkaError
@@ -56,7 +57,7 @@ class FaultRig:
             await self.workload.stop()
         await self.admin.close()
 
-    async def __aenter__(self) -> "FaultRig":
+    async def __aenter__(self) -> FaultRig:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -107,7 +108,7 @@ class FaultRig:
         async def one(b: int) -> None:
             try:
                 out[b] = await self.status_of(b)
-            except (KafkaError, OSError, asyncio.TimeoutError):
+            except (TimeoutError, KafkaError, OSError):
                 pass
         await asyncio.gather(*(one(b) for b in (brokers if brokers is not None else self.reachable())))
         return out

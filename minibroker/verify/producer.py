@@ -19,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from minibroker.client.accumulator import ProducerBatch
 from minibroker.client.producer import Producer
@@ -111,7 +112,7 @@ class VerifiableProducer:
 
     # -- the send loop ---------------------------------------------------------------
 
-    async def start(self, records: int | None = None, duration_s: float | None = None) -> "VerifiableProducer":
+    async def start(self, records: int | None = None, duration_s: float | None = None) -> VerifiableProducer:
         """Start sending in the background until `records` were sent or `duration_s`
         passed (whichever first; None = no limit) or `stop()`."""
         await self.producer.start()
@@ -158,7 +159,7 @@ class VerifiableProducer:
     async def _sleep_or_stop(self, seconds: float) -> None:
         try:
             await asyncio.wait_for(self._stop.wait(), seconds)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     async def stop(self, timeout_s: float = 30.0) -> None:
@@ -189,7 +190,7 @@ class VerifiableProducer:
             self._progress.clear()
             try:
                 await asyncio.wait_for(self._progress.wait(), min(left, 0.5))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     def _acked(self, partition: int | None) -> int:

@@ -16,7 +16,8 @@ import asyncio
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 from minibroker.client.admin import Admin
 from minibroker.errors import KafkaError
@@ -90,7 +91,7 @@ class ReplicaDirs:
         return os.path.join(self.dirs[broker], partition_dir_name(topic, partition))
 
     @classmethod
-    def of_local_cluster(cls, data_dir: str) -> "ReplicaDirs":
+    def of_local_cluster(cls, data_dir: str) -> ReplicaDirs:
         from minibroker.testing.cluster import LocalCluster
         c = LocalCluster.load(data_dir)
         return cls({b: c.layout.broker_config(b)["log.dirs"].split(",")[0] for b in c.broker_ids})
@@ -104,7 +105,7 @@ async def replica_leos(admin: Admin, addresses: dict[int, tuple[str, int]], topi
     async def one(b: int, addr: tuple[str, int]) -> None:
         try:
             st = await asyncio.wait_for(admin.replica_status(addr, [topic]), 3)
-        except (KafkaError, OSError, asyncio.TimeoutError):
+        except (TimeoutError, KafkaError, OSError):
             return
         for p in st.get("partitions", ()):
             if p.get("topic") == topic:

@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from minibroker.client.admin import Admin
 from minibroker.errors import KafkaError
@@ -84,7 +85,7 @@ class Workload:
         self.started_at = 0.0
         self.stopped = False
 
-    async def start(self, records: int | None = None, duration_s: float | None = None) -> "Workload":
+    async def start(self, records: int | None = None, duration_s: float | None = None) -> Workload:
         """Start the producer (limited by `records`/`duration_s` if given) and the live reader."""
         self.started_at = time.monotonic()
         await self.producer.start(records, duration_s)

@@ -24,7 +24,7 @@ import asyncio
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable
 
 from minibroker.testing.layout import CONTROLLER_ID
 from minibroker.verify.checker import Report

@@ -87,7 +87,7 @@ class FakeController:
         if start >= len(self.log) and body["max_wait_ms"] > 0:
             try:
                 await asyncio.wait_for(self.changed.wait(), body["max_wait_ms"] / 1000)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         snapshot = None
         if start == 0:

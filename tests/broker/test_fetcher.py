@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import pytest
 

@@ -45,7 +45,7 @@ class Controller:
     AlterPartition with Kafka's validation of epochs (C6, simplified)."""
 
     def __init__(self) -> None:
-        self.nodes: dict[int, "Node"] = {}
+        self.nodes: dict[int, Node] = {}
         self.partitions: dict[tuple[str, int], PartitionRecord] = {}
         self.topics: dict[str, TopicRecord] = {}
         self.brokers: dict[int, BrokerRecord] = {}
@@ -68,7 +68,7 @@ class Controller:
                 continue
             node.deliver(batch)
 
-    def link(self, broker_id: int) -> "AlterLink":
+    def link(self, broker_id: int) -> AlterLink:
         return AlterLink(self, broker_id)
 
     async def alter_partition(self, broker_id: int, topic: str, partition: int, leader_epoch: int,

@@ -50,7 +50,7 @@ class FakeBroker:
         self.tasks: list[asyncio.Task] = []
         self.fetches = 0
 
-    async def connect(self) -> "FakeBroker":
+    async def connect(self) -> FakeBroker:
         self.conn = await Connection.open("127.0.0.1", self.port, client_id=f"broker-{self.id}", secret=SECRET)
         self.meta_conn = await Connection.open("127.0.0.1", self.port, client_id=f"broker-{self.id}-metadata",
                                                secret=SECRET)

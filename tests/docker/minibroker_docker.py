@@ -16,7 +16,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence, TypeVar
+from typing import TypeVar
+from collections.abc import Callable, Sequence
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -184,7 +185,7 @@ class PartitionRow:
     elr: tuple[int, ...]
 
     @classmethod
-    def parse(cls, line: str) -> "PartitionRow | None":
+    def parse(cls, line: str) -> PartitionRow | None:
         fields = {}
         for part in line.strip().split("\t"):
             key, sep, value = part.partition(":")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 

@@ -3,7 +3,8 @@ views, minibroker.verify.faults.FaultRig), hand-made producers and reads,
 and the checker's verdict as an assertion."""
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable
+from typing import Any
+from collections.abc import Awaitable, Callable
 
 from minibroker.client.admin import Admin
 from minibroker.errors import KafkaError

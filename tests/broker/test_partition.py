@@ -160,6 +160,24 @@ def test_x8_follower_drops_an_epoch_the_leader_never_saw(tmp_path):
     assert b.log.epoch_cache.entries == [(1, 0), (3, 5)]
 
 
+def test_a_demoted_leader_that_wrote_nothing_drops_its_epoch_and_stops_diverging(tmp_path):
+    """Issue 9: 3 led epoch 1 and wrote nothing ([0 0, 1 5]); 1 leads epoch 2 ([0 0, 2 5]).
+    One truncation round at the LEO drops (1, 5); the next fetch no longer diverges."""
+    events: list[Event] = []
+    one = make_partition(tmp_path, "one", 1, batches=[(0, 5, "a")])
+    three = make_partition(tmp_path, "three", 3, events, batches=[(0, 5, "a")])
+    lead(three, rec(3, 1, isr=(3, 2)))
+    lead(one, rec(1, 2, isr=(1, 2, 3)))
+    three.make_follower(rec(1, 2, isr=(1, 2, 3)), NOW)
+    assert three.fetch_position() == (5, 1)
+    assert replicate(one, three, 3) == [(5, 5)]
+    assert three.log.epoch_cache.entries == [(0, 0)]
+    assert three.fetch_position() == (5, 0)
+    assert one.divergence(*three.fetch_position()) == (ErrorCode.NONE, None)
+    trunc = [e for e in events if e.kind == "truncation"]
+    assert len(trunc) == 1 and trunc[0].extra["epoch_entries_removed"] == [[1, 5]]
+
+
 def test_truncation_takes_several_rounds_when_the_follower_lacks_the_leaders_epoch(tmp_path):
     f = make_partition(tmp_path, "f", 1, batches=[(1, 3, "x"), (2, 3, "f"), (4, 3, "f")])
     ld = make_partition(tmp_path, "l", 2, batches=[(1, 4, "x"), (3, 4, "l")])

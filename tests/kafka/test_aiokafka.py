@@ -8,7 +8,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa:
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # noqa: E402
 
 from minibroker.testing.wait import until  # noqa: E402
-from tests.kafka.conftest import shared_cluster  # noqa: E402,F401
+
 
 pytestmark = pytest.mark.cluster
 N = 100_000

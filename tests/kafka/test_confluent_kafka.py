@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource  # noqa: E402
 
 from minibroker.client import Admin  # noqa: E402
 from minibroker.testing.wait import until_sync  # noqa: E402
-from tests.kafka.conftest import create_topic, shared_cluster  # noqa: E402,F401
+from kafkatests import create_topic  # noqa: E402
 
 pytestmark = pytest.mark.cluster
 

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from tests.kafka.conftest import KCAT, create_topic, needs_kcat, shared_cluster  # noqa: F401
+from kafkatests import KCAT, create_topic, needs_kcat
 
 pytestmark = [pytest.mark.cluster, needs_kcat]
 

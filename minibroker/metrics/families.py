@@ -123,7 +123,7 @@ def controller_families(partitions: Iterable[PartitionRecord], brokers: Iterable
     parts = list(partitions)
     bs = list(brokers)
     offline = sum(1 for p in parts if p.leader == NO_LEADER)
-    imbalance = sum(1 for p in parts if p.replicas and p.leader != p.replicas[0])
+    imbalance = sum(1 for p in parts if p.replicas and p.leader not in (NO_LEADER, p.replicas[0]))
     fenced = sum(1 for b in bs if b.fenced)
     return [
         _scalar("kafka_controller_kafkacontroller_activecontrollercount", "gauge",
@@ -131,7 +131,7 @@ def controller_families(partitions: Iterable[PartitionRecord], brokers: Iterable
         _scalar("kafka_controller_kafkacontroller_offlinepartitionscount", "gauge",
                 "Partitions without a leader", offline),
         _scalar("kafka_controller_kafkacontroller_preferredreplicaimbalancecount", "gauge",
-                "Partitions whose leader is not the first replica", imbalance),
+                "Partitions with a leader that is not the first (preferred) replica", imbalance),
         _scalar("kafka_controller_kafkacontroller_fencedbrokercount", "gauge", "Registered brokers that are fenced",
                 fenced),
         _scalar("kafka_controller_kafkacontroller_activebrokercount", "gauge", "Registered brokers that are unfenced",

@@ -59,7 +59,8 @@ def isr_on_page(driver, part="orders-0"):
 
 def replica_classes(driver, broker, part="orders-0"):
     return driver.execute_script(
-        "const g = document.querySelector('#part-' + arguments[0] + ' g.replica[data-broker=\"' + arguments[1] + '\"]');"
+        "const g = document.querySelector("
+        "'#part-' + arguments[0] + ' g.replica[data-broker=\"' + arguments[1] + '\"]');"
         "return g ? g.getAttribute('class') : null;", part, str(broker))
 
 

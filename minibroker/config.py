@@ -27,6 +27,7 @@ DEFAULTS: dict[str, str] = {
     "minibroker.log.level": "INFO",
     "minibroker.controlled.shutdown.timeout.ms": "30000",
     "minibroker.metadata.fetch.max.wait.ms": "500",
+    "metrics.listener": "",                   # HOST:PORT serving GET /metrics (Prometheus); empty = off
     # storage
     "log.dirs": "/tmp/minibroker-logs",
     "metadata.log.dir": "/tmp/minibroker-controller",

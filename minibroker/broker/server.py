@@ -42,6 +42,9 @@ from minibroker.events import Event
 from minibroker.metadata import NO_LEADER
 from minibroker.kafka.handlers import KafkaApis
 from minibroker.kafka.server import KafkaConnection, serve_kafka
+from minibroker.metrics.counts import EventCounts
+from minibroker.metrics.families import Family, broker_families
+from minibroker.metrics.server import MetricsServer
 from minibroker.net.server import Dispatcher, HandlerSpec, RequestContext, serve
 from minibroker.protocol.api import REQUESTS, ApiKey
 from minibroker.protocol.schema import Nullable, Opt
@@ -210,6 +213,9 @@ class BrokerServer:
         self.rack = rack or None
         self.events = EventLog(self.node_id)
         self.image = MetadataImage(config)
+        self.event_counts = EventCounts()
+        self.events.ring.subscribe(self.event_counts.observe)
+        self.metrics: MetricsServer | None = None
         self.lifecycle: BrokerLifecycle | None = None
         self.channel: ControllerChannel | None = None
         self.peers: InterBrokerConnections | None = None
@@ -294,6 +300,9 @@ class BrokerServer:
             self.bound[name] = (bhost, bport)
             if self.advertised[name][1] == 0:
                 self.advertised[name] = (self.advertised[name][0], bport)
+        if self.config.get("metrics.listener", "").strip():
+            self.metrics = MetricsServer(self._metric_families)
+            await self.metrics.start(self.config.get("metrics.listener"))
         log.info("broker %d listening on %s (inter-broker listener %s)", self.node_id,
                  ", ".join(f"{n}://{h}:{p}" for n, (h, p) in self.bound.items()), self.inter_broker_listener)
         self.lifecycle = BrokerLifecycle(
@@ -338,6 +347,12 @@ class BrokerServer:
             os.makedirs(d, exist_ok=True)
         return take_clean_shutdown_epoch(self.dirs)
 
+    def _metric_families(self) -> list[Family]:
+        """Triggered by each scrape of /metrics (on the event loop): the ReplicaStatus body, as `watch` reads it."""
+        status = self.replica_manager.replica_status(None) if self.replica_manager is not None else {}
+        return broker_families(status, lambda t: int(self.image.topic_config(t, "min.insync.replicas")),
+                               self.event_counts)
+
     def _emit_state(self, event: Event) -> None:
         self.events.emit(event)
         if event.kind == "broker_state":
@@ -370,6 +385,8 @@ class BrokerServer:
         for conn in [*self.dispatcher.connections, *self.kafka_connections]:
             if conn.transport is not None:
                 conn.transport.abort()
+        if self.metrics is not None:
+            await self.metrics.close()
         if ch is not None:
             await ch.close()
         ok = clean

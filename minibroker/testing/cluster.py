@@ -161,7 +161,8 @@ class LocalCluster:
     def _check_ports_free(layout: ClusterLayout) -> None:
         addrs = [layout.controller] + [(b.host, b.port) for b in layout.brokers] + \
                 [(b.host, b.kafka_port) for b in layout.brokers if b.kafka_port] + \
-                [a for b in layout.brokers for a in b.internal.values()] + [r.listen for r in layout.routes]
+                [a for b in layout.brokers for a in b.internal.values()] + [r.listen for r in layout.routes] + \
+                [a for a in [layout.controller_metrics] + [b.metrics for b in layout.brokers] if a is not None]
         if layout.proxy_control:
             addrs.append(layout.proxy_control)
         for host, port in addrs:

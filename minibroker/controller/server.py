@@ -226,8 +226,24 @@ class ControllerServer:
             await self._commit(out)
         return out
 
+    async def _decide_all(self, fn: Callable[..., list[Outcome]], *args: Any) -> list[Outcome]:
+        """`_decide` for a decision that returns several outcomes (the core's `tick`): each
+        is committed, in order; should the core raise, what it applied is still persisted."""
+        try:
+            outs = fn(*args)
+        except Exception:
+            partial = self.core.take_partial()
+            log.exception("controller decision %s failed; persisting %d already-applied record(s)",
+                          getattr(fn, "__name__", fn), len(partial.records))
+            await self._commit(partial)
+            raise
+        for out in outs:
+            await self._commit(out)
+        return outs
+
     async def _timer_loop(self) -> None:
-        """Liveness check (one stale broker fenced per decision, until none) and periodic tasks."""
+        """Every tick: a late timer first restarts broker sessions (`on_liveness_gap`), then
+        the core's `tick` (fence stale brokers one per outcome, then the due periodic tasks)."""
         loop = asyncio.get_running_loop()
         while True:
             slept_from = loop.time()
@@ -240,10 +256,7 @@ class ControllerServer:
                 now = self.clock.now_ms()
                 if late_ms > self.core.settings.session_timeout_ms // 2:
                     await self._decide(self.core.on_liveness_gap, now, late_ms)
-                while await self._decide(self.core.maybe_fence_one_stale_broker, now) is not None:
-                    pass
-                for task in self.core.due_periodic_tasks(now):
-                    await self._decide(task, now)
+                await self._decide_all(self.core.tick, now)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Callable
 
-from minibroker.broker.clock import now_ms
+from minibroker.clock import now_ms
 from minibroker.broker.metadata_image import MetadataDelta, MetadataError, MetadataImage
 from minibroker.config import Config, parse_hostport
 from minibroker.errors import ErrorCode, KafkaError, error_name

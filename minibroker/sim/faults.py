@@ -87,18 +87,26 @@ def make_plan(seed: int, settings: Any, *, power_loss: bool | None = None) -> Pl
     return Plan(tuple(faults))
 
 
-def shrink(plan: Plan, fails: Callable[[Plan], bool], budget: int = 64) -> Plan:
-    """Drop faults one at a time (latest first) while the run still fails; repeat until no
-    single fault can go or `budget` runs are spent."""
-    changed = True
-    while changed and budget > 0:
-        changed = False
-        for i in reversed(range(len(plan.faults))):
-            if budget <= 0:
-                break
-            candidate = plan.without(i)
+def shrink(plan: Plan, fails: Callable[[Plan], bool], budget: int = 48) -> Plan:
+    """Remove faults while the run still fails: chunks of halving size (latest first), down to
+    single faults, until no single fault can go or `budget` runs are spent (ddmin, simplified)."""
+    size = max(1, len(plan.faults) // 2)
+    while budget > 0 and plan.faults:
+        removed = False
+        i = len(plan.faults)
+        while i > 0 and budget > 0:
+            lo = max(0, i - size)
+            candidate = Plan(plan.faults[:lo] + plan.faults[i:])
             budget -= 1
             if fails(candidate):
-                plan = candidate
-                changed = True
+                plan, removed = candidate, True
+            i = lo
+        if size == 1 and not removed:
+            break
+        size = max(1, size // 2) if not removed or size > 1 else 1
     return plan
+
+
+def violation_kinds(violations: list[str]) -> set[str]:
+    """The kinds of a run's violations ('t=12.3 LIVENESS ...' -> 'LIVENESS')."""
+    return {v.split(" ", 2)[1] for v in violations if " " in v}

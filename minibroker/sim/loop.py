@@ -110,6 +110,15 @@ class SimLoop(asyncio.BaseEventLoop):
 
     def _run_once(self) -> None:
         self.steps += 1
+        sched = self._scheduled
+        if len(sched) > 200 and self._timer_cancelled_count * 2 > len(sched):
+            live = [h for h in sched if not h._cancelled]
+            for h in sched:
+                if h._cancelled:
+                    h._scheduled = False
+            heapq.heapify(live)
+            self._scheduled = live
+            self._timer_cancelled_count = 0
         while self._scheduled and self._scheduled[0]._cancelled:
             self._timer_cancelled_count -= 1
             handle = heapq.heappop(self._scheduled)

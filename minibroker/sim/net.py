@@ -61,8 +61,9 @@ class SimServer:
 class _Pipe:
     """One direction of a connection. Invariant: `queue` is in due-time order."""
 
-    def __init__(self, net: SimNetwork, src: str, dst: SimTransport) -> None:
+    def __init__(self, net: SimNetwork, src: str, dst: SimTransport, serial: int) -> None:
         self.net = net
+        self.rng = random.Random(net.seed * 1_000_003 + serial)   # latencies independent of call order
         self.src = src
         self.dst = dst
         self.queue: deque[tuple[float, int, bytes]] = deque()
@@ -71,7 +72,7 @@ class _Pipe:
 
     def send(self, kind: int, data: bytes = b"") -> None:
         loop = self.net.loop
-        due = max(loop.time() + self.net.latency(), self.last_due + 1e-7)
+        due = max(loop.time() + self.net.latency(self.rng), self.last_due + 1e-7)
         self.last_due = due
         self.queue.append((due, kind, data))
         self._schedule()
@@ -103,6 +104,8 @@ class _Pipe:
                 net.delivered += 1
                 if dst.server_side:
                     net.requests += 1
+                    path = (self.src, dst.host)
+                    net.requests_by[path] = net.requests_by.get(path, 0) + 1
                 dst.protocol.data_received(data)  # type: ignore[attr-defined]
             else:
                 dst._lose(ConnectionResetError("connection reset by peer") if kind == _RST else None)
@@ -220,11 +223,12 @@ class SimTransport(asyncio.Transport):
 class SimNetwork:
     """Invariant: `_cut` holds the (from host, to host) pairs that drop packets now."""
 
-    def __init__(self, loop: SimLoop, rng: random.Random, *, min_latency_s: float = 0.0002,
+    def __init__(self, loop: SimLoop, seed: int, *, min_latency_s: float = 0.0002,
                  max_latency_s: float = 0.002) -> None:
         self.loop = loop
         loop.network = self
-        self.rng = rng
+        self.seed = seed
+        self.rng = random.Random(seed)
         self.min_latency_s = min_latency_s
         self.max_latency_s = max_latency_s
         self._listeners: dict[tuple[str, int], SimServer] = {}
@@ -233,10 +237,11 @@ class SimNetwork:
         self._ports: dict[str, int] = {}
         self.delivered = 0
         self.requests = 0
+        self.requests_by: dict[tuple[str, str], int] = {}      # (client host, server host) -> requests
         self.connections = 0
 
-    def latency(self) -> float:
-        return self.rng.uniform(self.min_latency_s, self.max_latency_s)
+    def latency(self, rng: random.Random | None = None) -> float:
+        return (rng or self.rng).uniform(self.min_latency_s, self.max_latency_s)
 
     # -- faults -----------------------------------------------------------------
     def is_cut(self, src: str, dst: str) -> bool:
@@ -314,8 +319,8 @@ class SimNetwork:
         client.serial = self.connections * 2
         server.serial = self.connections * 2 + 1
         client.peer, server.peer = server, client
-        client.out = _Pipe(self, src, server)
-        server.out = _Pipe(self, dst, client)
+        client.out = _Pipe(self, src, server, client.serial)
+        server.out = _Pipe(self, dst, client, server.serial)
         self._transports[id(client)] = client
         self._transports[id(server)] = server
         protocol = factory()

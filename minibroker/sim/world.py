@@ -63,12 +63,12 @@ class SimSettings:
     replication_factor: int = 3
     duration_s: float = 60.0
     session_timeout_ms: int = 2000
-    heartbeat_interval_ms: int = 200
+    heartbeat_interval_ms: int = 500
     replica_lag_ms: int = 2000
-    fetch_wait_ms: int = 200
+    fetch_wait_ms: int = 500
     fetch_backoff_ms: int = 200
     rebalance_interval_s: int = 5
-    produce_interval_s: float = 0.1
+    produce_interval_s: float = 0.2
     idle_window_s: float = 3.0
     max_idle_requests_per_partition_s: float = 60.0
     power_loss: bool = False
@@ -122,7 +122,7 @@ class World:
         self.rng = random.Random(seed)
         self.loop = SimLoop()
         self.loop.set_exception_handler(self._on_loop_exception)
-        self.net = SimNetwork(self.loop, random.Random(seed * 1_000_003 + 1))
+        self.net = SimNetwork(self.loop, seed)
         self.disk = SimDisk(root)
         self.inv = Invariants(max_idle_requests_per_partition_s=settings.max_idle_requests_per_partition_s)
         self.trace: list[str] = []
@@ -473,7 +473,7 @@ class World:
     # -- the run -----------------------------------------------------------------
     async def monitor(self) -> None:
         while True:
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.25)
             self.leaders_sample()
 
     async def until(self, cond: Callable[[], bool], timeout_s: float, step_s: float = 0.1) -> bool:
@@ -519,8 +519,10 @@ class World:
         if not ok:
             self.inv.liveness(self.loop.time(), self.unconverged())
         self.note(f"converged={ok} after {self.loop.time() - t0:.1f}s")
-        r0 = self.net.requests
+        r0, by0 = self.net.requests, dict(self.net.requests_by)
         await asyncio.sleep(s.idle_window_s)
+        busiest = sorted(((n - by0.get(k, 0), k) for k, n in self.net.requests_by.items()), reverse=True)[:3]
+        self.note("idle requests by path: " + ", ".join(f"{a}->{b}={n}" for n, (a, b) in busiest))
         rate = self.inv.idle_requests(self.loop.time(), self.net.requests - r0, s.idle_window_s,
                                       len(self.controller_view()))
         self.note(f"idle requests per partition per second {rate:.1f}")
@@ -598,7 +600,8 @@ def run_seed(seed: int, plan: Plan | None = None, settings: SimSettings | None =
     from minibroker.sim.faults import make_plan
     s = settings or SimSettings()
     plan = plan if plan is not None else make_plan(seed, s)
-    root = tempfile.mkdtemp(prefix=f"minibroker-sim-{seed}-")
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    root = tempfile.mkdtemp(prefix=f"minibroker-sim-{seed}-", dir=shm)
     fds = _open_fds()
     world = World(seed, plan, s, root)
     try:

@@ -26,7 +26,7 @@ Batch = tuple[int, int, int, bytes]
 class Invariants:
     """Invariant: `violations` only grows; `hw[(partition, epoch, broker)]` is
     the highest HW seen for that leader in that epoch."""
-    max_idle_requests_per_partition_s: float = 60.0
+    max_idle_requests_per_partition_s: float = 30.0
     violations: list[str] = field(default_factory=list)
     hw: dict[tuple[str, int, int], int] = field(default_factory=dict)
     leader_of_epoch: dict[tuple[str, int], int] = field(default_factory=dict)

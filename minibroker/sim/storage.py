@@ -39,7 +39,7 @@ class SimDisk:
         try:
             yield self
         finally:
-            os.fsync = real  # type: ignore[assignment]
+            os.fsync = real
 
     def power_loss(self, directory: str) -> int:
         """Drop what was not fsynced under `directory`; returns how many files changed."""

@@ -34,7 +34,6 @@ from minibroker.broker.server import BrokerServer
 from minibroker.client.admin import Admin, NewTopic
 from minibroker.client.consumer import Consumer
 from minibroker.client.producer import Producer
-from minibroker.client.types import TopicPartition
 from minibroker.config import DEFAULTS, Config
 from minibroker.controller.server import ControllerServer
 from minibroker.controller.settings import ControllerSettings
@@ -70,7 +69,7 @@ class SimSettings:
     rebalance_interval_s: int = 5
     produce_interval_s: float = 0.2
     idle_window_s: float = 3.0
-    max_idle_requests_per_partition_s: float = 60.0
+    max_idle_requests_per_partition_s: float = 30.0
     power_loss: bool = False
 
     @property
@@ -595,15 +594,17 @@ def _open_fds() -> set[int]:
         return set()
 
 
-def run_seed(seed: int, plan: Plan | None = None, settings: SimSettings | None = None) -> RunResult:
-    """Run one seed (its own plan unless one is given) and check it."""
+def run_seed(seed: int, plan: Plan | None = None, settings: SimSettings | None = None,
+             world_cls: type[World] = World) -> RunResult:
+    """Run one seed (its own plan unless one is given) and check it. `world_cls` lets a test
+    plant a defect in the world to see that the invariants catch it."""
     from minibroker.sim.faults import make_plan
     s = settings or SimSettings()
     plan = plan if plan is not None else make_plan(seed, s)
     shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
     root = tempfile.mkdtemp(prefix=f"minibroker-sim-{seed}-", dir=shm)
     fds = _open_fds()
-    world = World(seed, plan, s, root)
+    world = world_cls(seed, plan, s, root)
     try:
         with _seeded_process_globals(seed), clock.using(SimClock(world.loop)), world.disk.installed():
             try:

@@ -51,13 +51,13 @@ above max.message.bytes), INVALID_REQUEST (an empty record set).
 from __future__ import annotations
 
 import struct
-import time
 from typing import Any, NamedTuple
 from collections.abc import Iterable, Iterator, Sequence
 
 import msgpack
 from crc32c import crc32c
 
+from minibroker import clock
 from minibroker.errors import ErrorCode, KafkaError
 
 MAGIC = 2
@@ -176,7 +176,7 @@ def build_batch(
     `(str, bytes|None)` pairs. Records without a timestamp get `timestamp_ms`,
     or the current wall-clock time when that is None.
     """
-    default_ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+    default_ts = clock.now_ms() if timestamp_ms is None else timestamp_ms
     rows: list[tuple[bytes | None, bytes | None, int, Sequence[Any]]] = []
     for item in records:
         if item is None or isinstance(item, (bytes, bytearray, memoryview)):

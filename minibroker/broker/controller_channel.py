@@ -26,8 +26,8 @@ from typing import Any
 from collections.abc import Callable
 
 from minibroker.broker.alter_partition_queue import AlterPartitionItem, AlterPartitionQueue, PartitionKey
-from minibroker.broker.clock import now_ms
 from minibroker.broker.lifecycle import BrokerLifecycle, BrokerState, HeartbeatOutcome
+from minibroker.clock import now_ms
 from minibroker.broker.metadata_image import MetadataDelta, MetadataError, MetadataImage
 from minibroker.config import Config, parse_hostport
 from minibroker.errors import ErrorCode, KafkaError, error_name

@@ -21,7 +21,7 @@ import logging
 from typing import Any
 from collections.abc import Callable, Iterable
 
-from minibroker.broker.clock import now_ms as wall_now_ms
+from minibroker.clock import now_ms as wall_now_ms
 from minibroker.broker.fetcher import FetcherManager, FetcherSettings
 from minibroker.broker.partition import FOLLOWER, LEADER, NONE, Partition, ReadResult
 from minibroker.broker.purgatory import DelayedFetch, DelayedProduce, FetchPurgatory

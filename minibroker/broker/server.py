@@ -31,7 +31,7 @@ from typing import Any
 from collections.abc import Awaitable, Callable
 
 import minibroker
-from minibroker.broker.clock import now_ms
+from minibroker.clock import now_ms
 from minibroker.broker.controller_channel import BrokerLifecycle, BrokerState, ControllerChannel
 from minibroker.broker.eventlog import EventLog
 from minibroker.broker.metadata_image import MetadataDelta, MetadataImage

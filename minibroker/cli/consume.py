@@ -4,11 +4,11 @@ from __future__ import annotations
 import contextlib
 
 import sys
-import time
 from typing import Any
 
 import click
 
+from minibroker import clock
 from minibroker.cli.common import bootstrap_option, fail, handle_errors, parse_kv, resolve_bootstrap, run_async
 from minibroker.client.consumer import Consumer
 from minibroker.client.types import ConsumerRecord, TopicPartition
@@ -101,7 +101,7 @@ async def _consume(bootstrap: str, cfg: dict[str, Any], topic: str, partition: i
         else:
             consumer.seek_to_end(*tps)
         served: dict[TopicPartition, int | None] = {}
-        last_record = time.monotonic()
+        last_record = clock.monotonic()
         try:
             while max_messages is None or count < max_messages:
                 records = await consumer.poll(timeout_ms=200)
@@ -113,7 +113,7 @@ async def _consume(bootstrap: str, cfg: dict[str, Any], topic: str, partition: i
                         break
                 if records:
                     out.flush()
-                    last_record = time.monotonic()
+                    last_record = clock.monotonic()
                 if verbose:
                     for tp in tps:
                         src = consumer.fetched_from(tp)
@@ -121,7 +121,7 @@ async def _consume(bootstrap: str, cfg: dict[str, Any], topic: str, partition: i
                             served[tp] = src
                             kind = "preferred read replica" if consumer.preferred_replica(tp) == src else "leader"
                             click.echo(f"{tp}: fetching from broker {src} ({kind})", err=True)
-                if timeout_ms is not None and (time.monotonic() - last_record) * 1000 >= timeout_ms:
+                if timeout_ms is not None and (clock.monotonic() - last_record) * 1000 >= timeout_ms:
                     break
                 if not follow and timeout_ms is None and not records and consumer.caught_up():
                     break

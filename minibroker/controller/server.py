@@ -16,11 +16,12 @@ import asyncio
 import base64
 import logging
 import os
-import time
+
 import uuid
 from typing import Any, TypeVar
 from collections.abc import Callable
 
+from minibroker.clock import AnchoredClock
 from minibroker.config import Config, parse_listeners
 from minibroker.controller.eventlog import EventLog
 from minibroker.controller.metadata_log import MetadataLog
@@ -64,17 +65,6 @@ def _cluster_id(directory: str) -> str:
     return cid
 
 
-class _Clock:
-    """Monotonic milliseconds anchored to wall-clock time at start (cores get `now_ms` from here)."""
-
-    def __init__(self) -> None:
-        self._wall0 = int(time.time() * 1000)
-        self._mono0 = time.monotonic()
-
-    def now_ms(self) -> int:
-        return self._wall0 + int((time.monotonic() - self._mono0) * 1000)
-
-
 class ControllerServer:
     """Invariant: after `start()`, `core` holds exactly the records in `mlog`
     (durable or pending), and `addresses` has the bound listener addresses."""
@@ -89,7 +79,7 @@ class ControllerServer:
         self.event_counts = EventCounts()
         self.events.subscribe(self.event_counts.observe)
         self.metrics: MetricsServer | None = None
-        self.clock = _Clock()
+        self.clock = AnchoredClock()
         self.cluster_id = ""
         self.state = "STARTING"
         self.addresses: dict[str, tuple[str, int]] = {}

@@ -37,10 +37,10 @@ from __future__ import annotations
 import bisect
 import os
 import threading
-import time
 from typing import NamedTuple
 from collections.abc import Callable
 
+from minibroker import clock
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.events import Event, EventSink, discard
 from minibroker.records import (
@@ -75,7 +75,7 @@ class UnexpectedAppendOffset(KafkaError):
 
 
 def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
+    return clock.now_ms()
 
 
 def _partition_name(directory: str) -> str:

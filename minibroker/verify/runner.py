@@ -18,11 +18,11 @@ Must not know about processes or faults (the caller owns the cluster).
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Mapping
 
+from minibroker import clock
 from minibroker.client.admin import Admin
 from minibroker.errors import KafkaError
 from minibroker.verify.checker import Report, check, compare_replicas
@@ -87,7 +87,7 @@ class Workload:
 
     async def start(self, records: int | None = None, duration_s: float | None = None) -> Workload:
         """Start the producer (limited by `records`/`duration_s` if given) and the live reader."""
-        self.started_at = time.monotonic()
+        self.started_at = clock.monotonic()
         await self.producer.start(records, duration_s)
         if self.follow:
             self.live = VerifiableConsumer(self.bootstrap, self.topic, run=self.run, config=self.consumer_config)
@@ -124,7 +124,7 @@ async def _final_hws(admin: Admin, topic: str, partitions: int, wanted: dict[int
                      timeout_s: float) -> tuple[dict[int, int], str]:
     """Each partition's HW (ListOffsets LATEST), waiting up to `timeout_s` for it to reach
     `wanted` (one past the last acknowledged offset)."""
-    deadline = time.monotonic() + timeout_s
+    deadline = clock.monotonic() + timeout_s
     hws: dict[int, int] = {}
     why = ""
     while True:
@@ -137,7 +137,7 @@ async def _final_hws(admin: Admin, topic: str, partitions: int, wanted: dict[int
             why = ", ".join(f"partition {p}: HW {hws.get(p, -1)} < {wanted.get(p, 0)}" for p in short)
         except KafkaError as exc:
             why = str(exc)
-        if time.monotonic() > deadline:
+        if clock.monotonic() > deadline:
             return hws, why
         await asyncio.sleep(0.1)
 

@@ -418,7 +418,7 @@ def validate_batches(buf: bytes | bytearray | memoryview, *,
                            f"with last offset delta {lod}")
         if crc32c(mv[pos + CRC_START: pos + size]) != crc:
             raise _corrupt(f"batch at byte {pos}: CRC32C mismatch")
-        check_records(mv[pos: pos + size], attrs, count, mts, max_message_bytes, f"batch at byte {pos}")
+        check_records(mv[pos: pos + size], attrs, count, fts, mts, max_message_bytes, f"batch at byte {pos}")
         headers.append(h)
         records += count
         offsets += lod + 1
@@ -439,7 +439,7 @@ def single_producer_batch(buf: bytes | bytearray | memoryview,
     KafkaError(INVALID_RECORD) here, as `validate_batches` would."""
     if len(buf) < HEADER_SIZE:
         return None
-    (base, length, _epoch, magic, crc, attrs, lod, _fts, mts, _pid, _pep, _seq,
+    (base, length, _epoch, magic, crc, attrs, lod, fts, mts, _pid, _pep, _seq,
      count) = HEADER.unpack_from(buf, 0)
     size = length + LOG_OVERHEAD
     if (size != len(buf) or base != 0 or magic != MAGIC or attrs & ~KNOWN_ATTRIBUTES
@@ -448,7 +448,7 @@ def single_producer_batch(buf: bytes | bytearray | memoryview,
             or attrs & codec.CODEC_MASK > MAX_CODEC
             or crc32c(memoryview(buf)[CRC_START:]) != crc):
         return None
-    check_records(memoryview(buf), attrs, count, mts, max_message_bytes, "batch at byte 0")
+    check_records(memoryview(buf), attrs, count, fts, mts, max_message_bytes, "batch at byte 0")
     return size, lod, mts
 
 

@@ -248,7 +248,7 @@ def test_records_are_kafkas_varint_encoding():
 
 
 @pytest.mark.parametrize("name", ["gzip", "snappy", "lz4", "zstd"])
-def test_compressed_batches_round_trip_and_pass_validation_as_they_came(name):
+def test_compressed_batches_round_trip_and_pass_validation_as_they_came(scanner, name):
     from minibroker.codec import codec_id
     recs = [(b"k%d" % i, b"value-%d" % i * 20, T + i) for i in range(50)]
     b = build_batch(recs, compression=codec_id(name))
@@ -259,7 +259,7 @@ def test_compressed_batches_round_trip_and_pass_validation_as_they_came(name):
     assert [(r.key, r.value, r.timestamp) for r in iter_records(stamp(b, 10, 1))] == recs
 
 
-def test_a_77_byte_batch_claiming_2_pow_31_minus_1_records_is_invalid_record():
+def test_a_77_byte_batch_claiming_2_pow_31_minus_1_records_is_invalid_record(scanner):
     from minibroker.records import single_producer_batch
     n = 2**31 - 1
     b = batch_of([raw_record(0, 0, None, b"x" * 9)], record_count=n, last_offset_delta=n - 1)
@@ -270,6 +270,17 @@ def test_a_77_byte_batch_claiming_2_pow_31_minus_1_records_is_invalid_record():
     assert ei.value.code == ErrorCode.INVALID_RECORD
 
 
+@pytest.fixture(params=["c", "aiokafka"])
+def scanner(request, monkeypatch):
+    """Both implementations of the leader's payload check: the C extension and its fallback."""
+    from minibroker import record_check
+    if request.param == "aiokafka":
+        monkeypatch.setattr(record_check, "_scan", None)
+    elif record_check._scan is None:
+        pytest.skip("minibroker._recordscan was not built (no C compiler at install time)")
+    return request.param
+
+
 @pytest.mark.parametrize("records,count,max_ts,why", [
     ([raw_record(0), raw_record(1)], 3, 0, "fewer records than the count"),
     ([raw_record(0), raw_record(1), raw_record(2)], 2, 0, "more records than the count"),
@@ -278,7 +289,7 @@ def test_a_77_byte_batch_claiming_2_pow_31_minus_1_records_is_invalid_record():
     ([raw_record(0, 0), raw_record(1, 7)], 2, 3, "max timestamp is not the largest"),
     ([raw_record(0, 0)[:-1] + b"\x02"], 1, 0, "header count runs past the record"),
 ])
-def test_records_that_disagree_with_their_header_are_invalid_record(records, count, max_ts, why):
+def test_records_that_disagree_with_their_header_are_invalid_record(scanner, records, count, max_ts, why):
     b = batch_of(records, record_count=count, max_timestamp=max_ts)
     assert corrupt_code(b) == ErrorCode.INVALID_RECORD, why
 
@@ -307,3 +318,26 @@ def test_compressed_garbage_is_corrupt(codec_id):
 def test_transactional_and_control_batches_from_clients_are_invalid_record(bit):
     b = batch_of([raw_record(0)], attributes=bit)
     assert corrupt_code(b) == ErrorCode.INVALID_RECORD
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=20)), st.one_of(st.none(), st.binary(max_size=300)),
+                          st.integers(-2**40, 2**41),
+                          st.lists(st.tuples(st.text(max_size=5), st.one_of(st.none(), st.binary(max_size=9))),
+                                   max_size=3)), min_size=1, max_size=30),
+       st.data())
+def test_both_payload_checks_accept_every_built_batch_and_refuse_every_truncation(records, data):
+    from minibroker import record_check
+    b = memoryview(build_batch([(k, v, T + d, h) for k, v, d, h in records]))
+    h = parse_header(b)
+    section = b[HEADER_SIZE:]
+    want = max(T + d for _k, _v, d, _h in records)
+    scans = [lambda s, n: record_check._scan_with_aiokafka(b[:HEADER_SIZE].tobytes() + bytes(s), memoryview(s), 0,
+                                                             n, "x")]
+    if record_check._scan is not None:
+        scans.append(lambda s, n: record_check._scan(s, n, h.first_timestamp))
+    cut = data.draw(st.integers(0, len(section) - 1))
+    for scan in scans:
+        assert scan(section, h.record_count) == want == h.max_timestamp
+        with pytest.raises((KafkaError, ValueError)):
+            scan(section[:cut], h.record_count)

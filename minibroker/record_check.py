@@ -29,14 +29,16 @@ that cannot be read.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from operator import attrgetter, eq
 
-from aiokafka.errors import CorruptRecordException
-from aiokafka.record._crecords import DefaultRecordBatch
+from aiokafka.errors import CorruptRecordException  # type: ignore[import-untyped]
+from aiokafka.record._crecords import DefaultRecordBatch  # type: ignore[import-untyped]
 
 from minibroker import codec
 from minibroker.errors import ErrorCode, KafkaError
 
+_scan: Callable[[memoryview, int, int], int] | None
 try:
     from minibroker._recordscan import scan as _scan
 except ImportError:                        # built without a C compiler: see _scan_with_aiokafka
@@ -106,6 +108,6 @@ def _scan_with_aiokafka(batch: memoryview, section: memoryview, compression: int
     if not all(map(eq, map(_offset, recs), range(record_count))):
         raise _invalid(where, f"record offset deltas are not 0..{record_count - 1} in order")
     try:
-        return max(map(_timestamp, recs))
+        return int(max(map(_timestamp, recs)))
     except TypeError:                      # a record with no timestamp (-1)
         return max((t for t in map(_timestamp, recs) if t is not None), default=-1)

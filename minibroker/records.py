@@ -70,7 +70,7 @@ import time
 from typing import Any, NamedTuple
 from collections.abc import Iterable, Iterator, Sequence
 
-from aiokafka.record._crecords import DefaultRecordBatch, DefaultRecordBatchBuilder
+from aiokafka.record._crecords import DefaultRecordBatch, DefaultRecordBatchBuilder  # type: ignore[import-untyped]
 from crc32c import crc32c
 
 from minibroker import codec
@@ -304,7 +304,8 @@ def iter_records(buf: bytes | bytearray | memoryview, *, min_offset: int = 0,
 
 def decode_rows(batch: bytes) -> list[tuple[bytes | None, bytes | None, int, tuple[tuple[str, bytes | None], ...]]]:
     """(key, value, timestamp, headers) per record of one client batch (reports, tests)."""
-    return [(r.key, r.value, r.timestamp, r.headers) for r in iter_records(batch, with_headers=True)]
+    return [(r.key, r.value, r.timestamp, r.headers) for r in iter_records(batch, with_headers=True)
+            if isinstance(r, RecordWithHeaders)]
 
 
 # ---------------------------------------------------------------- broker side

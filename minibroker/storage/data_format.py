@@ -10,8 +10,11 @@ longer does. So at startup (`ensure_record_format`) a directory is:
 * unmarked and holding no record batch (new, or only empty partitions and
   checkpoints) -> marked, then used;
 * unmarked and holding batches -> refused with DataDirFormatError, whose
-  message names the directory, what is in it and the way out: delete it
-  (the broker re-replicates from the other replicas, or starts empty).
+  message names the directory, what is in it and the two ways out: convert
+  it offline with `minibroker storage migrate --log-dir DIR`
+  (minibroker.storage.migrate: every batch's records rewritten in Kafka's
+  encoding, offsets, epochs and timestamps kept), or delete it (the broker
+  re-replicates from the other replicas, or starts empty).
 
 Must not know about brokers or the network. Blocking file calls: run it off
 the event loop.
@@ -82,6 +85,7 @@ def ensure_record_format(data_dir: str) -> None:
         raise DataDirFormatError(
             f"data dir {data_dir} holds minibroker 0.1 batches (msgpack records, no {FORMAT_FILE} file; "
             f"{len(data)} non-empty segment(s), e.g. {os.path.relpath(data[0], data_dir)}). This version "
-            f"stores Kafka's record format. Delete the directory (the broker then starts empty and "
-            f"re-replicates from the other replicas).")
+            f"stores Kafka's record format. Either convert it in place while the broker is stopped: "
+            f"minibroker storage migrate --log-dir {data_dir} ; or delete the directory (the broker then "
+            f"starts empty and re-replicates from the other replicas).")
     write_marker(data_dir)

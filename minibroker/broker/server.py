@@ -48,6 +48,7 @@ from minibroker.metrics.server import MetricsServer
 from minibroker.net.server import Dispatcher, HandlerSpec, RequestContext, serve
 from minibroker.protocol.api import REQUESTS, ApiKey
 from minibroker.protocol.schema import Nullable, Opt
+from minibroker.storage.data_format import DataDirFormatError, ensure_record_format
 
 log = logging.getLogger("minibroker.broker")
 
@@ -277,6 +278,10 @@ class BrokerServer:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            if isinstance(exc, DataDirFormatError):
+                log.error("broker %d refuses to start: %s", self.node_id, exc)
+                await self._shutdown(clean=False)
+                return 1
             if not self._stop.is_set():
                 log.exception("broker %d failed to start: %s", self.node_id, exc)
                 await self._shutdown(clean=False)
@@ -344,7 +349,7 @@ class BrokerServer:
 
     def _prepare_dirs(self) -> int:
         for d in self.dirs:
-            os.makedirs(d, exist_ok=True)
+            ensure_record_format(d)
         return take_clean_shutdown_epoch(self.dirs)
 
     def _metric_families(self) -> list[Family]:

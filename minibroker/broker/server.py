@@ -36,12 +36,15 @@ from minibroker.broker.controller_channel import BrokerLifecycle, BrokerState, C
 from minibroker.broker.eventlog import EventLog
 from minibroker.broker.metadata_image import MetadataDelta, MetadataImage
 from minibroker.broker.peers import InterBrokerConnections
+from minibroker.broker import tail
 from minibroker.config import Config, ConfigError, parse_listeners
+from minibroker.limits import clamp_batch_size
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.events import Event
 from minibroker.metadata import NO_LEADER
 from minibroker.net.server import Dispatcher, HandlerSpec, RequestContext, serve
 from minibroker.protocol.api import REQUESTS, ApiKey
+from minibroker.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 from minibroker.protocol.schema import Nullable, Opt
 
 log = logging.getLogger("minibroker.broker")
@@ -150,16 +153,17 @@ def broker_log_config(config: Config) -> Any:
     from minibroker.storage import LogConfig
     props = {k: config.get(k) for k in _BROKER_LOG_PROPERTIES}
     props["minibroker.flush.on.acks.all"] = config.get("minibroker.fsync.before.ack", "false")
-    return LogConfig.from_properties(props)
+    return clamp_batch_size(LogConfig.from_properties(props), config.get_int("socket.request.max.bytes"))
 
 
-def topic_log_config(image: MetadataImage, base: Any, topic: str) -> Any:
+def topic_log_config(image: MetadataImage, base: Any, topic: str,
+                     frame_limit: int = DEFAULT_MAX_FRAME_BYTES) -> Any:
     """A topic's LogConfig: its overrides from the metadata image over the broker's."""
     from minibroker.storage import LogConfig
     from minibroker.storage.log_config import PROPERTY_NAMES
     overrides = {k: v for k, v in image.topic_configs(topic).items() if k in PROPERTY_NAMES}
     try:
-        return LogConfig.from_properties(overrides, base=base)
+        return clamp_batch_size(LogConfig.from_properties(overrides, base=base), frame_limit)
     except KafkaError as exc:
         log.warning("topic %s: ignoring invalid log config overrides (%s)", topic, exc.message)
         return base
@@ -169,7 +173,9 @@ def open_log_manager(config: Config, dirs: list[str], image: MetadataImage, even
     """Create the LogManager over log.dirs: this recovers every log (blocking: call in a thread)."""
     from minibroker.storage import LogManager
     base = broker_log_config(config)
-    return LogManager(dirs[0], base, topic_config=lambda t: topic_log_config(image, base, t), event_sink=events)
+    frame_limit = config.get_int("socket.request.max.bytes")
+    return LogManager(dirs[0], base, topic_config=lambda t: topic_log_config(image, base, t, frame_limit),
+                      event_sink=events)
 
 
 def create_replica_manager(**kw: Any) -> Any:
@@ -212,6 +218,8 @@ class BrokerServer:
         self._hurry = False
         self.dispatcher = Dispatcher(self._handlers(), secret=self.secret, role="broker",
                                      max_frame_bytes=self.max_frame_bytes, describe=self._describe)
+        self.dispatcher.configure(config)
+        tail.PROCESS_BUDGET.max_bytes = config.get_int("minibroker.tail.cache.max.bytes")
 
     # -- state -----------------------------------------------------------------
     @property

@@ -111,6 +111,7 @@ class ControllerServer:
             max_frame_bytes=config.get_int("socket.request.max.bytes"),
             describe=lambda: {"node_id": self.settings.node_id, "state": self.state, "software": SOFTWARE},
         )
+        self.dispatcher.configure(config)
 
     # -------------------------------------------------------------- lifecycle
     async def start(self) -> None:

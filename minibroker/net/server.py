@@ -36,7 +36,8 @@ from minibroker.errors import ErrorCode, KafkaError
 from minibroker.net.tcp import set_nodelay
 from minibroker.protocol.api import HEADER, REQUESTS, ApiKey
 from minibroker.protocol.framing import (CHUNK_BYTES, DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FramingError,
-                                         decode_body, decode_body_chunked, encode_frame)
+                                         decode_body, decode_body_chunked, encode_frame, encode_frame_chunked,
+                                         response_entries)
 from minibroker.protocol.schema import SchemaError, validate
 
 log = logging.getLogger("minibroker.net")
@@ -49,6 +50,7 @@ DEFAULT_FIRST_FRAME_MS = 10_000          # minibroker.connections.first.frame.ti
 DEFAULT_AUTH_FAILURE_DELAY_MS = 100      # connection.failed.authentication.delay.ms (Kafka's default)
 WRITE_BUFFER_HIGH_WATER = 1 << 20        # pause reading while this much output is unread
 AUTHENTICATED_WINDOW_FACTOR = 8
+LARGE_RESPONSE_ENTRIES = 2_000           # responses with more entries are encoded on the decoder thread
 PUMP_BUDGET = 64                         # frames admitted per connection per loop iteration
 
 # One thread decodes and validates large frames, so a burst of them queues
@@ -355,8 +357,12 @@ class ServerConnection(asyncio.Protocol):
             resp = _error(ctx.correlation_id, ErrorCode.UNKNOWN_SERVER_ERROR, "internal error, see broker log")
         if resp is None:
             self._answer(slot, _NO_RESPONSE)
+            return
+        resp["id"] = ctx.correlation_id
+        if response_entries(resp) > LARGE_RESPONSE_ENTRIES:
+            frame = await asyncio.get_running_loop().run_in_executor(_DECODER, encode_frame_chunked, resp)
+            self._answer(slot, _Encoded(frame))
         else:
-            resp["id"] = ctx.correlation_id
             self._answer(slot, resp)
 
     def _builtin(self, api: ApiKey, cid: int, msg: dict[str, Any]) -> dict[str, Any]:
@@ -389,13 +395,20 @@ class ServerConnection(asyncio.Protocol):
         out: list[bytes] = []
         while slots and slots[0].done():
             r = slots.popleft().result()
-            if r is not _NO_RESPONSE:
+            if isinstance(r, _Encoded):
+                out.append(r.frame)
+            elif r is not _NO_RESPONSE:
                 out.append(encode_frame(r))
         if out and not self._closed and self.transport is not None:
             self.transport.write(b"".join(out) if len(out) > 1 else out[0])
             self._last_active = asyncio.get_running_loop().time()
         if not self._closed and not self._pumping and (self._decoder.buffered or self._reading_paused):
             self._pump()
+
+
+@dataclass(frozen=True)
+class _Encoded:
+    frame: bytes
 
 
 def _decode_and_validate(body: bytes) -> tuple[dict[str, Any], Any]:

@@ -26,6 +26,46 @@ def encode_frame(message: dict[str, Any]) -> bytes:
     return _LEN.pack(len(body)) + body
 
 
+def encode_frame_chunked(message: dict[str, Any]) -> bytes:
+    """`encode_frame` in pieces (one C call per element of the message's
+    lists of lists), for a worker thread: big responses never hold the GIL long."""
+    packer = msgpack.Packer(use_bin_type=True)
+    parts: list[bytes] = [packer.pack_map_header(len(message))]
+    for k, v in message.items():
+        parts.append(packer.pack(k))
+        _pack_chunked(packer, v, parts, 2)
+    body = b"".join(parts)
+    return _LEN.pack(len(body)) + body
+
+
+def _pack_chunked(packer: msgpack.Packer, v: Any, parts: list[bytes], depth: int) -> None:
+    if depth and isinstance(v, list) and len(v) > 64:
+        parts.append(packer.pack_array_header(len(v)))
+        for item in v:
+            _pack_chunked(packer, item, parts, depth)
+    elif depth and isinstance(v, dict) and any(isinstance(x, list) and len(x) > 64 for x in v.values()):
+        parts.append(packer.pack_map_header(len(v)))
+        for k, x in v.items():
+            parts.append(packer.pack(k))
+            _pack_chunked(packer, x, parts, depth - 1)
+    else:
+        parts.append(packer.pack(v))
+
+
+def response_entries(message: dict[str, Any]) -> int:
+    """Entries of a response's topic/partition lists (how costly encoding it is)."""
+    n = 0
+    for v in message.values():
+        if isinstance(v, list):
+            n += len(v)
+            for item in v:
+                if isinstance(item, dict):
+                    for x in item.values():
+                        if isinstance(x, list):
+                            n += len(x)
+    return n
+
+
 def decode_body(body: bytes | memoryview) -> dict[str, Any]:
     try:
         obj = msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True)

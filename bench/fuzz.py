@@ -1,0 +1,116 @@
+"""Long frame-fuzzing run against a local cluster (issue 10).
+
+    python bench/fuzz.py --frames 1000000 [--seed 7] [--concurrency 24]
+
+Starts a 3-broker cluster in a temporary directory, measures a probe client's
+latency (ApiVersions + an acks=all produce on its own connection) for a
+while, then fuzzes every broker with seeded hostile frames
+(minibroker.testing.fuzz) while the probe keeps running, and prints frames
+sent, connections, responses, crashes (UNKNOWN_SERVER_ERROR answers or dead
+processes) and the probe's p50/p99/max before and during the run.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import sys
+import tempfile
+import time
+
+from minibroker.client import Admin, Producer
+from minibroker.net.connection import Connection
+from minibroker.protocol.api import ApiKey
+from minibroker.testing.fixtures import start_cluster
+from minibroker.testing.fuzz import FuzzStats, fuzz_connection
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] * 1000 if xs else float("nan")
+
+
+async def main(args: argparse.Namespace) -> int:
+    with tempfile.TemporaryDirectory(prefix="mb-fuzz-") as d:
+        c = start_cluster(d + "/cluster")
+        try:
+            return await run(c, args)
+        finally:
+            c.destroy()
+
+
+async def run(c, args: argparse.Namespace) -> int:
+    async with Admin(c.bootstrap) as admin:
+        await admin.create_topic("fuzz", assignments=[[1, 2, 3]])
+        await admin.create_topic("probe", assignments=[[2, 3, 1]])
+    spec = c.layout.broker(1)
+    conn = await Connection.open(spec.host, spec.port, client_id="probe")
+    phase: dict[str, list[float]] = {"before": [], "during": []}
+    current = ["before"]
+    stop = asyncio.Event()
+    async with Producer(c.bootstrap, {"acks": "all", "linger.ms": 0}) as producer:
+        async def probe() -> None:
+            loop = asyncio.get_running_loop()
+            while not stop.is_set():
+                t0 = loop.time()
+                await conn.request(ApiKey.API_VERSIONS, {})
+                await producer.send_and_wait("probe", b"p")
+                phase[current[0]].append(loop.time() - t0)
+                await asyncio.sleep(0.02)
+        ptask = asyncio.ensure_future(probe())
+        await asyncio.sleep(args.baseline_s)
+        current[0] = "during"
+        rng = random.Random(args.seed)
+        stats = FuzzStats()
+        t0 = time.monotonic()
+        sem = asyncio.Semaphore(args.concurrency)
+        brokers = [c.layout.broker(b) for b in c.broker_ids]
+        last_print = [t0]
+
+        async def one(i: int) -> None:
+            async with sem:
+                b = brokers[i % len(brokers)]
+                try:
+                    await fuzz_connection(b.host, b.port, random.Random(rng.random()), stats, burst=args.burst)
+                except OSError:
+                    stats.errors[-999] = stats.errors.get(-999, 0) + 1
+
+        i = 0
+        pending: set[asyncio.Task] = set()
+        while stats.frames < args.frames:
+            while len(pending) < args.concurrency * 2 and stats.frames < args.frames:
+                t = asyncio.ensure_future(one(i))
+                pending.add(t)
+                t.add_done_callback(pending.discard)
+                i += 1
+            await asyncio.sleep(0.01)
+            if time.monotonic() - last_print[0] > 30:
+                last_print[0] = time.monotonic()
+                print(f"  {stats.frames} frames, {stats.connections} connections, {stats.crashes} crashes, "
+                      f"{time.monotonic() - t0:.0f} s", flush=True)
+        await asyncio.gather(*pending, return_exceptions=True)
+        elapsed = time.monotonic() - t0
+        stop.set()
+        await ptask
+    conn.close()
+    dead = [n for n in c.process_names() if not c._alive(n)]
+    b, du = phase["before"], phase["during"]
+    print(f"frames {stats.frames}  connections {stats.connections}  responses {stats.responses}  "
+          f"crashes {stats.crashes}  dead processes {dead or 'none'}  ({elapsed:.0f} s, "
+          f"{stats.frames / elapsed:.0f} frames/s)")
+    print(f"probe latency ms before: p50 {pct(b, .5):.1f} p99 {pct(b, .99):.1f} max {max(b) * 1000:.1f} (n={len(b)})")
+    print(f"probe latency ms during: p50 {pct(du, .5):.1f} p99 {pct(du, .99):.1f} max {max(du) * 1000:.1f} "
+          f"(n={len(du)})  mean {statistics.mean(du) * 1000:.1f}")
+    print("error codes answered:", dict(sorted(stats.errors.items())))
+    return 1 if stats.crashes or dead else 0
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--frames", type=int, default=1_000_000)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--concurrency", type=int, default=24)
+    ap.add_argument("--burst", type=int, default=500)
+    ap.add_argument("--baseline-s", type=float, default=10.0)
+    sys.exit(asyncio.run(main(ap.parse_args())))

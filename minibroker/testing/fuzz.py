@@ -144,6 +144,7 @@ class FuzzStats:
     connections: int = 0
     responses: int = 0
     crashes: int = 0
+    resets: int = 0
     errors: dict[int, int] = field(default_factory=dict)
 
 
@@ -170,7 +171,7 @@ async def fuzz_connection(host: str, port: int, rng: random.Random, stats: FuzzS
         while got < expected:
             try:
                 chunk = await asyncio.wait_for(r.read(1 << 16), read_timeout_s)
-            except TimeoutError:
+            except (TimeoutError, OSError):
                 break
             if not chunk:
                 break
@@ -188,5 +189,7 @@ async def fuzz_connection(host: str, port: int, rng: random.Random, stats: FuzzS
                     stats.errors[code] = stats.errors.get(code, 0) + 1
                 if code == int(ErrorCode.UNKNOWN_SERVER_ERROR):
                     stats.crashes += 1
+    except OSError:
+        stats.resets += 1           # the broker closed a connection it could not resynchronise
     finally:
         w.transport.abort()

@@ -388,6 +388,7 @@ class BrokerServer:
             ApiKey.LIST_OFFSETS: HandlerSpec(self._gated(self._list_offsets)),
             ApiKey.METADATA: HandlerSpec(self._gated(self._metadata)),
             ApiKey.CREATE_TOPICS: HandlerSpec(self._gated(self._create_topics)),
+            ApiKey.DELETE_TOPICS: HandlerSpec(self._gated(self._delete_topics)),
             ApiKey.ELECT_LEADERS: HandlerSpec(self._gated(self._elect_leaders)),
             ApiKey.DESCRIBE_CLUSTER: HandlerSpec(self._gated(self._describe_cluster)),
             ApiKey.REPLICA_STATUS: HandlerSpec(self._replica_status),
@@ -432,6 +433,18 @@ class BrokerServer:
         if created:
             remaining = max(0, int(timeout_ms - (loop.time() - start) * 1000))
             await self.channel.wait_for(lambda: all(self._topic_visible(t) for t in created), remaining)
+        return resp
+
+    async def _delete_topics(self, ctx: RequestContext, body: dict) -> dict:
+        """Forwarded to the controller; answers once this broker's metadata no
+        longer holds the deleted topics (or timeout_ms passes), as Kafka waits
+        for the deletion to reach the brokers."""
+        assert self.channel is not None
+        timeout_ms = max(0, body.get("timeout_ms", 30_000))
+        resp = await self.channel.forward(ApiKey.DELETE_TOPICS, body, timeout_ms + 5000)
+        deleted = [t["topic"] for t in resp.get("topics", []) if not t.get("error", 0)]
+        if deleted and not resp.get("error", 0):
+            await self.channel.wait_for(lambda: all(t not in self.image.topics for t in deleted), timeout_ms)
         return resp
 
     def _topic_visible(self, topic: str) -> bool:

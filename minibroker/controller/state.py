@@ -106,6 +106,9 @@ class ControllerState:
             self.topics.apply(rec)
             self._entity_offsets[("p", rec.topic, rec.partition)] = offset
         elif isinstance(rec, RemoveTopicRecord):
+            for p in self.topics.partitions.get(rec.topic, {}):
+                self._entity_offsets.pop(("p", rec.topic, p), None)
+            self._entity_offsets.pop(("t", rec.topic), None)
             self.topics.apply(rec)
         else:  # pragma: no cover - from_wire only yields the four types
             raise ValueError(f"unknown metadata record {rec!r}")
@@ -420,6 +423,30 @@ class ControllerState:
         for b, n in added.items():
             load[b] = load.get(b, 0) + n
         return ErrorCode.NONE, ""
+
+    def delete_topics(self, now_ms: int, names: Sequence[str]) -> Outcome:
+        """Triggered by DeleteTopics (forwarded by a broker): one RemoveTopicRecord per
+        existing topic; brokers then stop their replicas and delete the files."""
+        self._begin(now_ms)
+        counts: dict[str, int] = {}
+        for name in names:
+            counts[name] = counts.get(name, 0) + 1
+        results = []
+        for name in names:
+            if counts[name] > 1:
+                results.append(self._topic_result(name, ErrorCode.INVALID_REQUEST, "Duplicate topic name."))
+                continue
+            topic = self.topics.topics.get(name)
+            if topic is None:
+                results.append(self._topic_result(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                                  "This server does not host this topic-partition."))
+                continue
+            partitions = len(self.topics.partitions.get(name, {}))
+            self._append(RemoveTopicRecord(name))
+            self._emit("topic_deleted", name, {"partitions": partitions}, None,
+                       f"topic {name} deleted ({partitions} partition(s))", topic=name, topic_id=topic.topic_id)
+            results.append(self._topic_result(name, ErrorCode.NONE, ""))
+        return self._finish({"topics": results})
 
     @staticmethod
     def _topic_result(name: str, code: ErrorCode, message: str, **extra: Any) -> dict[str, Any]:

@@ -102,7 +102,7 @@ def mutated_request(rng: random.Random, cid: int) -> bytes:
         body = _mutate(rng, body)
     if not isinstance(body, dict):
         body = {"x": body}
-    if rng.random() < 0.05:          # a bad header closes the connection: rarely, so bursts get answered
+    if rng.random() < 0.002:         # a bad header closes the connection: rarely, so bursts get answered
         header = _mutate(rng, header)
         if not isinstance(header, dict):
             header = {"api": header}

@@ -22,6 +22,13 @@ DEFAULTS: dict[str, str] = {
     "minibroker.kafka.listener.names": "KAFKA",   # listeners that speak Kafka's wire protocol
     "controller.quorum.bootstrap.servers": "127.0.0.1:9093",
     "socket.request.max.bytes": "104857600",
+    "connections.max.idle.ms": "600000",
+    "connection.failed.authentication.delay.ms": "100",
+    "minibroker.connections.first.frame.timeout.ms": "10000",
+    "minibroker.max.inflight.requests.per.connection": "8",
+    "minibroker.max.partitions.per.request": "10000",
+    "minibroker.max.partitions.per.broker": "6000",
+    "minibroker.tail.cache.max.bytes": "67108864",
     "minibroker.cluster.secret": "minibroker-dev-secret",
     "minibroker.semantics": "kafka",          # kafka | lesson
     "minibroker.log.level": "INFO",

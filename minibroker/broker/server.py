@@ -36,7 +36,9 @@ from minibroker.broker.controller_channel import BrokerLifecycle, BrokerState, C
 from minibroker.broker.eventlog import EventLog
 from minibroker.broker.metadata_image import MetadataDelta, MetadataImage
 from minibroker.broker.peers import InterBrokerConnections
+from minibroker.broker import tail
 from minibroker.config import Config, ConfigError, parse_listeners
+from minibroker.limits import clamp_batch_size
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.events import Event
 from minibroker.metadata import NO_LEADER
@@ -47,6 +49,7 @@ from minibroker.metrics.families import Family, broker_families
 from minibroker.metrics.server import MetricsServer
 from minibroker.net.server import Dispatcher, HandlerSpec, RequestContext, serve
 from minibroker.protocol.api import REQUESTS, ApiKey
+from minibroker.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 from minibroker.protocol.schema import Nullable, Opt
 from minibroker.storage.data_format import DataDirFormatError, ensure_record_format
 
@@ -167,16 +170,17 @@ def broker_log_config(config: Config) -> Any:
     from minibroker.storage import LogConfig
     props = {k: config.get(k) for k in _BROKER_LOG_PROPERTIES}
     props["minibroker.flush.on.acks.all"] = config.get("minibroker.fsync.before.ack", "false")
-    return LogConfig.from_properties(props)
+    return clamp_batch_size(LogConfig.from_properties(props), config.get_int("socket.request.max.bytes"))
 
 
-def topic_log_config(image: MetadataImage, base: Any, topic: str) -> Any:
+def topic_log_config(image: MetadataImage, base: Any, topic: str,
+                     frame_limit: int = DEFAULT_MAX_FRAME_BYTES) -> Any:
     """A topic's LogConfig: its overrides from the metadata image over the broker's."""
     from minibroker.storage import LogConfig
     from minibroker.storage.log_config import PROPERTY_NAMES
     overrides = {k: v for k, v in image.topic_configs(topic).items() if k in PROPERTY_NAMES}
     try:
-        return LogConfig.from_properties(overrides, base=base)
+        return clamp_batch_size(LogConfig.from_properties(overrides, base=base), frame_limit)
     except KafkaError as exc:
         log.warning("topic %s: ignoring invalid log config overrides (%s)", topic, exc.message)
         return base
@@ -186,7 +190,9 @@ def open_log_manager(config: Config, dirs: list[str], image: MetadataImage, even
     """Create the LogManager over log.dirs: this recovers every log (blocking: call in a thread)."""
     from minibroker.storage import LogManager
     base = broker_log_config(config)
-    return LogManager(dirs[0], base, topic_config=lambda t: topic_log_config(image, base, t), event_sink=events)
+    frame_limit = config.get_int("socket.request.max.bytes")
+    return LogManager(dirs[0], base, topic_config=lambda t: topic_log_config(image, base, t, frame_limit),
+                      event_sink=events)
 
 
 def create_replica_manager(**kw: Any) -> Any:
@@ -235,6 +241,8 @@ class BrokerServer:
         self._hurry = False
         self.dispatcher = Dispatcher(self._handlers(), secret=self.secret, role="broker",
                                      max_frame_bytes=self.max_frame_bytes, describe=self._describe)
+        self.dispatcher.configure(config)
+        tail.PROCESS_BUDGET.max_bytes = config.get_int("minibroker.tail.cache.max.bytes")
 
     # -- state -----------------------------------------------------------------
     @property
@@ -422,6 +430,7 @@ class BrokerServer:
             ApiKey.LIST_OFFSETS: HandlerSpec(self._gated(self._list_offsets)),
             ApiKey.METADATA: HandlerSpec(self._gated(self._metadata)),
             ApiKey.CREATE_TOPICS: HandlerSpec(self._gated(self._create_topics)),
+            ApiKey.DELETE_TOPICS: HandlerSpec(self._gated(self._delete_topics)),
             ApiKey.ELECT_LEADERS: HandlerSpec(self._gated(self._elect_leaders)),
             ApiKey.DESCRIBE_CLUSTER: HandlerSpec(self._gated(self._describe_cluster)),
             ApiKey.REPLICA_STATUS: HandlerSpec(self._replica_status),
@@ -480,6 +489,18 @@ class BrokerServer:
         if created:
             remaining = max(0, int(timeout_ms - (loop.time() - start) * 1000))
             await self.channel.wait_for(lambda: all(self._topic_visible(t) for t in created), remaining)
+        return resp
+
+    async def _delete_topics(self, ctx: RequestContext, body: dict) -> dict:
+        """Forwarded to the controller; answers once this broker's metadata no
+        longer holds the deleted topics (or timeout_ms passes), as Kafka waits
+        for the deletion to reach the brokers."""
+        assert self.channel is not None
+        timeout_ms = max(0, body.get("timeout_ms", 30_000))
+        resp = await self.channel.forward(ApiKey.DELETE_TOPICS, body, timeout_ms + 5000)
+        deleted = [t["topic"] for t in resp.get("topics", []) if not t.get("error", 0)]
+        if deleted and not resp.get("error", 0):
+            await self.channel.wait_for(lambda: all(t not in self.image.topics for t in deleted), timeout_ms)
         return resp
 
     def _topic_visible(self, topic: str) -> bool:

@@ -98,6 +98,7 @@ class ControllerServer:
                 ApiKey.ALTER_PARTITION: HandlerSpec(self._alter_partition, privileged=True),
                 ApiKey.METADATA_FETCH: HandlerSpec(self._metadata_fetch, privileged=True),
                 ApiKey.CREATE_TOPICS: HandlerSpec(self._create_topics, privileged=True),
+                ApiKey.DELETE_TOPICS: HandlerSpec(self._delete_topics, privileged=True),
                 ApiKey.ELECT_LEADERS: HandlerSpec(self._elect_leaders, privileged=True),
                 ApiKey.DESCRIBE_CLUSTER: HandlerSpec(self._describe_cluster, privileged=True),
                 ApiKey.EVENTS: HandlerSpec(self._events),
@@ -107,6 +108,7 @@ class ControllerServer:
             max_frame_bytes=config.get_int("socket.request.max.bytes"),
             describe=lambda: {"node_id": self.settings.node_id, "state": self.state, "software": SOFTWARE},
         )
+        self.dispatcher.configure(config)
 
     # -------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -272,6 +274,10 @@ class ControllerServer:
 
     async def _create_topics(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
         out = await self._decide(self.core.create_topics, self.clock.now_ms(), body["topics"], body["validate_only"])
+        return out.response
+
+    async def _delete_topics(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
+        out = await self._decide(self.core.delete_topics, self.clock.now_ms(), body["topics"])
         return out.response
 
     async def _elect_leaders(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:

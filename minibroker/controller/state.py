@@ -108,6 +108,9 @@ class ControllerState:
             self.topics.apply(rec)
             self._entity_offsets[("p", rec.topic, rec.partition)] = offset
         elif isinstance(rec, RemoveTopicRecord):
+            for p in self.topics.partitions.get(rec.topic, {}):
+                self._entity_offsets.pop(("p", rec.topic, p), None)
+            self._entity_offsets.pop(("t", rec.topic), None)
             self.topics.apply(rec)
         else:  # pragma: no cover - from_wire only yields the four types
             raise ValueError(f"unknown metadata record {rec!r}")
@@ -380,17 +383,75 @@ class ControllerState:
         for t in topics:
             seen[t["topic"]] = seen.get(t["topic"], 0) + 1
         results = []
+        limit = self.settings.max_partitions_per_request
+        requested = sum(_requested_partitions(t, self.settings.num_partitions) for t in topics)
+        if requested > limit:
+            msg = (f"Excessively large number of partitions per request: {requested} requested, the limit is "
+                   f"{limit} (minibroker.max.partitions.per.request).")
+            return self._finish({"topics": [self._topic_result(t["topic"], ErrorCode.POLICY_VIOLATION, msg)
+                                            for t in topics]})
+        load = self._replicas_per_broker()
         for t in topics:
             name = t["topic"]
             if seen[name] > 1:
                 results.append(self._topic_result(name, ErrorCode.INVALID_REQUEST, "Duplicate topic name."))
                 continue
             code, msg, plan = self._plan_topic(t)
+            if code is ErrorCode.NONE:
+                assert plan is not None
+                code, msg = self._maybe_refuse_broker_load(load, plan)
             if code is not ErrorCode.NONE or validate_only:
                 results.append(self._topic_result(name, code, msg))
                 continue
             assert plan is not None
             results.append(self._create_topic(name, t.get("configs") or {}, plan))
+        return self._finish({"topics": results})
+
+    def _replicas_per_broker(self) -> dict[int, int]:
+        load: dict[int, int] = {}
+        for rec in self.topics.all_partitions():
+            for b in rec.replicas:
+                load[b] = load.get(b, 0) + 1
+        return load
+
+    def _maybe_refuse_broker_load(self, load: dict[int, int], plan: list[list[int]]) -> tuple[ErrorCode, str]:
+        """POLICY_VIOLATION when the plan would put more replicas on a broker than
+        minibroker.max.partitions.per.broker; otherwise the plan is counted in `load`."""
+        limit = self.settings.max_partitions_per_broker
+        added: dict[int, int] = {}
+        for replicas in plan:
+            for b in replicas:
+                added[b] = added.get(b, 0) + 1
+        for b in sorted(added):
+            if load.get(b, 0) + added[b] > limit:
+                return (ErrorCode.POLICY_VIOLATION, f"Broker {b} would host {load.get(b, 0) + added[b]} partition "
+                        f"replicas, above the limit of {limit} (minibroker.max.partitions.per.broker).")
+        for b, n in added.items():
+            load[b] = load.get(b, 0) + n
+        return ErrorCode.NONE, ""
+
+    def delete_topics(self, now_ms: int, names: Sequence[str]) -> Outcome:
+        """Triggered by DeleteTopics (forwarded by a broker): one RemoveTopicRecord per
+        existing topic; brokers then stop their replicas and delete the files."""
+        self._begin(now_ms)
+        counts: dict[str, int] = {}
+        for name in names:
+            counts[name] = counts.get(name, 0) + 1
+        results = []
+        for name in names:
+            if counts[name] > 1:
+                results.append(self._topic_result(name, ErrorCode.INVALID_REQUEST, "Duplicate topic name."))
+                continue
+            topic = self.topics.topics.get(name)
+            if topic is None:
+                results.append(self._topic_result(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                                  "This server does not host this topic-partition."))
+                continue
+            partitions = len(self.topics.partitions.get(name, {}))
+            self._append(RemoveTopicRecord(name))
+            self._emit("topic_deleted", name, {"partitions": partitions}, None,
+                       f"topic {name} deleted ({partitions} partition(s))", topic=name, topic_id=topic.topic_id)
+            results.append(self._topic_result(name, ErrorCode.NONE, ""))
         return self._finish({"topics": results})
 
     @staticmethod
@@ -407,7 +468,7 @@ class ControllerState:
         other = self.topics.colliding_topic(name)
         if other is not None:
             return ErrorCode.INVALID_TOPIC_EXCEPTION, f"Topic '{name}' collides with existing topic: {other}", None
-        err = topic_config_error(t.get("configs") or {})
+        err = topic_config_error(t.get("configs") or {}, self.settings.max_message_bytes_limit)
         if err is not None:
             return ErrorCode.INVALID_CONFIG, err, None
         n, rf = t.get("num_partitions", -1), t.get("replication_factor", -1)
@@ -689,3 +750,12 @@ class ControllerState:
                         "in_controlled_shutdown": r.in_controlled_shutdown, "broker_epoch": r.broker_epoch,
                         "listeners": [{"name": e.name, "host": e.host, "port": e.port} for e in r.listeners]})
         return out
+
+
+def _requested_partitions(t: dict[str, Any], default: int) -> int:
+    """How many partitions a CreateTopics entry asks for (before any validation)."""
+    assignments = t.get("assignments")
+    if assignments:
+        return len(assignments)
+    n = t.get("num_partitions", -1)
+    return default if n == -1 else max(n, 0)

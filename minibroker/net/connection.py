@@ -59,12 +59,17 @@ class Connection:
         except (TimeoutError, OSError) as exc:
             raise KafkaError(ErrorCode.NETWORK_EXCEPTION, f"cannot connect to {host}:{port}: {exc or 'timeout'}") from None
         conn._transport = transport  # type: ignore[assignment]
-        if secret is not None:
-            resp = await conn.request(ApiKey.SASL_AUTHENTICATE, {"mechanism": "PLAIN", "secret": secret},
-                                      timeout_ms=int(timeout_s * 1000))
-            if resp.get("error", 0):
-                conn.close()
-                raise KafkaError(resp["error"], resp.get("message", "authentication failed"), remote=True)
+        try:
+            if secret is not None:
+                resp = await conn.request(ApiKey.SASL_AUTHENTICATE, {"mechanism": "PLAIN", "secret": secret},
+                                          timeout_ms=int(timeout_s * 1000))
+                if resp.get("error", 0):
+                    raise KafkaError(resp["error"], resp.get("message", "authentication failed"), remote=True)
+        except BaseException:
+            # Every failed attempt (a timeout, a refusal, a cancellation) closes its socket.
+            conn.close()
+            transport.abort()
+            raise
         return conn
 
     @property

@@ -25,6 +25,7 @@ class ApiKey(enum.IntEnum):
     METADATA = 3
     API_VERSIONS = 18
     CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
     SASL_AUTHENTICATE = 36
     ELECT_LEADERS = 43
     ALTER_PARTITION = 56
@@ -87,6 +88,10 @@ REQUESTS: dict[ApiKey, dict[str, Any]] = {
         }],
         "timeout_ms": Opt(int, 30_000),
         "validate_only": Opt(bool, False),
+    },
+    ApiKey.DELETE_TOPICS: {
+        "topics": [str],
+        "timeout_ms": Opt(int, 30_000),
     },
     ApiKey.SASL_AUTHENTICATE: {"mechanism": str, "secret": str},
     ApiKey.ELECT_LEADERS: {

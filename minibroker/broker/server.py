@@ -40,7 +40,9 @@ from minibroker.config import Config, ConfigError, parse_listeners
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.events import Event
 from minibroker.metadata import NO_LEADER
+from minibroker.net.credentials import cluster_secret
 from minibroker.net.server import Dispatcher, HandlerSpec, RequestContext, serve
+from minibroker.net.tls import listener_protocol, peer_context, server_context
 from minibroker.protocol.api import REQUESTS, ApiKey
 from minibroker.protocol.schema import Nullable, Opt
 
@@ -189,7 +191,10 @@ class BrokerServer:
             raise ConfigError("node.id: must be set to a non-negative broker id")
         self.binds, self.advertised, self.inter_broker_listener = listener_plan(config)
         self.dirs = log_dirs(config)
-        self.secret = config.get("minibroker.cluster.secret")
+        self.secret = cluster_secret(config)
+        self.tls = {name: server_context(config, name) for name in self.binds
+                    if listener_protocol(config, name) == "SSL"}
+        self.peer_tls = peer_context(config, listener_protocol(config, self.inter_broker_listener))
         self.max_frame_bytes = config.get_int("socket.request.max.bytes")
         self.controlled_shutdown_timeout_ms = int(config.get(
             "minibroker.controlled.shutdown.timeout.ms", str(DEFAULT_CONTROLLED_SHUTDOWN_TIMEOUT_MS)))
@@ -211,7 +216,8 @@ class BrokerServer:
         self._controlled = True
         self._hurry = False
         self.dispatcher = Dispatcher(self._handlers(), secret=self.secret, role="broker",
-                                     max_frame_bytes=self.max_frame_bytes, describe=self._describe)
+                                     max_frame_bytes=self.max_frame_bytes, describe=self._describe,
+                                     failed_auth_delay_ms=config.get_int("connection.failed.authentication.delay.ms"))
 
     # -- state -----------------------------------------------------------------
     @property
@@ -268,7 +274,7 @@ class BrokerServer:
         assert self._stop is not None
         previous_epoch = await asyncio.to_thread(self._prepare_dirs)
         for name, (host, port) in self.binds.items():
-            srv = await serve(self.dispatcher, host, port, name)
+            srv = await serve(self.dispatcher, host, port, name, ssl_context=self.tls.get(name))
             self._servers.append(srv)
             bhost, bport = srv.sockets[0].getsockname()[:2]
             self.bound[name] = (bhost, bport)
@@ -282,7 +288,7 @@ class BrokerServer:
             previous_broker_epoch=previous_epoch)
         self.peers = InterBrokerConnections(node_id=self.node_id, image=self.image,
                                             listener=self.inter_broker_listener, secret=self.secret,
-                                            max_frame_bytes=self.max_frame_bytes)
+                                            max_frame_bytes=self.max_frame_bytes, ssl_context=self.peer_tls)
         self.channel = ControllerChannel(config=self.config, node_id=self.node_id, image=self.image,
                                          lifecycle=self.lifecycle, on_delta=self._on_delta, events=self._emit_state)
         self.channel.start()

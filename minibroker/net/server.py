@@ -13,14 +13,16 @@ handlers are cancelled, so delayed produces and fetches die with it.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
+import ssl
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Awaitable, Callable
 
 from minibroker.errors import ErrorCode, KafkaError
+from minibroker.net.sasl import SaslServerSession, server_credential
+from minibroker.net.scram import ScramCredential
 from minibroker.net.tcp import set_nodelay
 from minibroker.protocol.api import HEADER, REQUESTS, ApiKey
 from minibroker.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FramingError, encode_frame
@@ -65,18 +67,31 @@ class HandlerSpec:
 
 @dataclass
 class Dispatcher:
-    """What a process serves: handlers by API key, and the cluster secret."""
+    """What a process serves: handlers by API key, and the SCRAM credential that
+    privileged connections must prove. Given a `secret`, it keeps only the salted
+    credential derived from it (and blanks `secret`).
+    Invariant: `secret` is "" after construction."""
     handlers: dict[ApiKey, HandlerSpec]
     secret: str
     role: str
+    credential: ScramCredential | None = None
+    # connection.failed.authentication.delay.ms: a failed exchange is answered, and the
+    # connection closed, only after this delay (one guess per connection per delay).
+    failed_auth_delay_ms: int = 100
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     # Extra ApiVersions fields describing the process: node_id, state, software.
     describe: Callable[[], dict[str, Any]] = lambda: {}
     connections: set[ServerConnection] = field(default_factory=set)
 
+    def __post_init__(self) -> None:
+        if self.credential is None and self.secret:
+            self.credential = server_credential(self.secret)
+        self.secret = ""
+
     def api_versions(self) -> list[dict[str, int]]:
         keys = [{"api": int(k), "min_v": s.versions[0], "max_v": s.versions[1]} for k, s in self.handlers.items()]
         keys.append({"api": int(ApiKey.API_VERSIONS), "min_v": 0, "max_v": 0})
+        keys.append({"api": int(ApiKey.SASL_HANDSHAKE), "min_v": 0, "max_v": 0})
         keys.append({"api": int(ApiKey.SASL_AUTHENTICATE), "min_v": 0, "max_v": 0})
         return sorted(keys, key=lambda d: d["api"])
 
@@ -88,7 +103,7 @@ class ServerConnection(asyncio.Protocol):
     def __init__(self, dispatcher: Dispatcher, listener: str) -> None:
         self.dispatcher = dispatcher
         self.listener = listener
-        self.authenticated = False
+        self.sasl = SaslServerSession(dispatcher.credential)
         self.peer = "?"
         self.transport: asyncio.Transport | None = None
         self._decoder = FrameDecoder(dispatcher.max_frame_bytes)
@@ -96,6 +111,10 @@ class ServerConnection(asyncio.Protocol):
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
         self.closed_event = asyncio.Event()
+
+    @property
+    def authenticated(self) -> bool:
+        return self.sasl.authenticated
 
     # -- asyncio.Protocol --------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -155,8 +174,12 @@ class ServerConnection(asyncio.Protocol):
         except ValueError:
             self._answer(slot, _error(cid, ErrorCode.UNSUPPORTED_VERSION, f"unknown api key {header['api']}"))
             return
-        if api is ApiKey.API_VERSIONS or api is ApiKey.SASL_AUTHENTICATE:
-            self._answer(slot, self._builtin(api, cid, msg))
+        if api in _BUILTIN:
+            resp = self._builtin(api, cid, msg)
+            if self.sasl.failed:
+                self._fail_authentication(slot, resp)
+            else:
+                self._answer(slot, resp)
             return
         spec = self.dispatcher.handlers.get(api)
         if spec is None:
@@ -201,14 +224,33 @@ class ServerConnection(asyncio.Protocol):
             return {"id": cid, "error": 0, "api_keys": self.dispatcher.api_versions(),
                     "role": self.dispatcher.role, **self.dispatcher.describe()}
         try:
-            body = validate(msg, REQUESTS[ApiKey.SASL_AUTHENTICATE])
+            body = validate(msg, REQUESTS[api])
         except SchemaError as exc:
-            return _error(cid, ErrorCode.INVALID_REQUEST, str(exc))
-        if body["mechanism"] == "PLAIN" and hmac.compare_digest(body["secret"].encode(), self.dispatcher.secret.encode()):
-            self.authenticated = True
-            return {"id": cid, "error": 0}
-        log.warning("failed authentication from %s on %s", self.peer, self.listener)
-        return _error(cid, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "bad cluster secret")
+            return {"id": cid, **self.sasl.reject(ErrorCode.INVALID_REQUEST, str(exc))}
+        if api is ApiKey.SASL_HANDSHAKE:
+            resp = self.sasl.on_handshake(body)
+        else:
+            resp = self.sasl.on_authenticate(body)
+            if self.sasl.authenticated:
+                log.info("authenticated %s from %s on %s (%s)", self.sasl.principal, self.peer, self.listener,
+                         "SCRAM-SHA-256")
+        return {"id": cid, **resp}
+
+    def _fail_authentication(self, slot: asyncio.Future, resp: dict[str, Any]) -> None:
+        """A failed SASL step: serve nothing more (later frames are read and dropped), answer after
+        the delay, then close (Kafka's connection.failed.authentication.delay.ms), so that each
+        guess costs a connection and a delay."""
+        log.warning("failed authentication from %s on %s: %s", self.peer, self.listener, self.sasl.failure)
+        self._closed = True
+
+        def answer_and_close() -> None:
+            t = self.transport
+            if t is not None and not t.is_closing():
+                t.write(encode_frame(resp))
+                if t.can_write_eof():
+                    t.write_eof()
+                t.close()
+        asyncio.get_running_loop().call_later(self.dispatcher.failed_auth_delay_ms / 1000, answer_and_close)
 
     def _answer(self, slot: asyncio.Future, resp: Any) -> None:
         if not slot.done():
@@ -223,11 +265,16 @@ class ServerConnection(asyncio.Protocol):
             self.transport.write(b"".join(out) if len(out) > 1 else out[0])
 
 
+_BUILTIN = (ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
+
+
 def _error(cid: int, code: ErrorCode | int, message: str = "") -> dict[str, Any]:
     return {"id": cid, "error": int(code), "message": message}
 
 
-async def serve(dispatcher: Dispatcher, host: str, port: int, listener: str) -> asyncio.base_events.Server:
+async def serve(dispatcher: Dispatcher, host: str, port: int, listener: str,
+                ssl_context: ssl.SSLContext | None = None) -> asyncio.base_events.Server:
+    """Listen on host:port; with `ssl_context`, the listener speaks TLS (security.protocol SSL)."""
     loop = asyncio.get_running_loop()
     return await loop.create_server(lambda: ServerConnection(dispatcher, listener), host, port,
-                                    reuse_address=True, backlog=1024)
+                                    reuse_address=True, backlog=1024, ssl=ssl_context)

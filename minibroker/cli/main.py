@@ -14,6 +14,7 @@ from minibroker.cli.health import health
 from minibroker.cli.offsets import offsets
 from minibroker.cli.process import broker, controller, trace
 from minibroker.cli.produce import produce
+from minibroker.cli.secret import secret
 from minibroker.cli.topics import topics
 from minibroker.cli.verify import verify
 from minibroker.cli.watch import watch
@@ -26,7 +27,7 @@ def cli() -> None:
 
 
 for command in (topics, produce, consume, offsets, leader_election, watch, health, cluster, controller, broker, trace,
-                verify):
+                verify, secret):
     cli.add_command(command)
 
 

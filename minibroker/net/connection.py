@@ -16,7 +16,7 @@ from typing import Any
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.net.sasl import authenticate
 from minibroker.net.tcp import set_nodelay
-from minibroker.net.tls import tls_handshake_failed
+from minibroker.net.tls import speaks_plaintext, tls_handshake_failed, tls_to_plaintext
 from minibroker.protocol.api import ApiKey
 from minibroker.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FramingError, encode_frame
 
@@ -66,6 +66,10 @@ class Connection:
                                        server_hostname=host if ssl_context is not None else None), timeout_s)
         except ssl.SSLError as exc:
             raise tls_handshake_failed(host, port, exc) from None
+        except (ConnectionResetError, BrokenPipeError) as exc:
+            if ssl_context is not None and await speaks_plaintext(host, port, timeout_s):
+                raise tls_to_plaintext(host, port) from None
+            raise KafkaError(ErrorCode.NETWORK_EXCEPTION, f"cannot connect to {host}:{port}: {exc!r}") from None
         except (TimeoutError, OSError) as exc:
             raise KafkaError(ErrorCode.NETWORK_EXCEPTION, f"cannot connect to {host}:{port}: {exc or 'timeout'}") from None
         conn._transport = transport  # type: ignore[assignment]

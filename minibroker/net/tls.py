@@ -151,3 +151,31 @@ async def speaks_tls(host: str, port: int, timeout_s: float) -> bool:
         return False
     writer.close()
     return True
+
+
+def tls_to_plaintext(host: str, port: int) -> KafkaError:
+    return KafkaError(ErrorCode.INVALID_CONFIG,
+                      f"{host}:{port} is a PLAINTEXT listener and this client speaks SSL: "
+                      f"use security.protocol=PLAINTEXT there, or an SSL listener")
+
+
+async def speaks_plaintext(host: str, port: int, timeout_s: float) -> bool:
+    """Whether host:port answers an ApiVersions request in minibroker's plaintext framing."""
+    from minibroker.protocol.framing import FrameDecoder, FramingError, encode_frame
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+    except (OSError, TimeoutError):
+        return False
+    try:
+        writer.write(encode_frame({"api": 18, "v": 0, "id": 1, "client": "tls-probe"}))
+        decoder = FrameDecoder(1 << 20)
+        while True:
+            chunk = await asyncio.wait_for(reader.read(65536), timeout_s)
+            if not chunk:
+                return False
+            if decoder.feed(chunk):
+                return True
+    except (OSError, TimeoutError, FramingError):
+        return False
+    finally:
+        writer.close()

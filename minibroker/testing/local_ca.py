@@ -39,7 +39,7 @@ def create_cluster_certificates(tls_dir: str, hosts: list[str], client_propertie
     except ImportError:
         raise LocalCAError("`cluster up --tls` needs the cryptography package: "
                            "pip install 'minibroker[tls]' (or pip install cryptography)") from None
-    now = now or datetime.datetime.now(datetime.timezone.utc)
+    now = now or datetime.datetime.now(datetime.UTC)
     os.makedirs(tls_dir, mode=0o700, exist_ok=True)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "minibroker local cluster CA"),

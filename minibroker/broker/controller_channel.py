@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
+import uuid
+from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Callable
 
@@ -33,6 +36,8 @@ from minibroker.config import Config, parse_hostport
 from minibroker.errors import ErrorCode, KafkaError, error_name
 from minibroker.events import Event, EventSink
 from minibroker.net.connection import Connection
+from minibroker.net.credentials import cluster_secret
+from minibroker.net.tls import controller_context
 from minibroker.protocol.api import ApiKey
 
 log = logging.getLogger("minibroker.broker.controller")
@@ -91,9 +96,11 @@ class ControllerLink:
     Invariant: `_conn` is None or a connection that was open when last used."""
 
     def __init__(self, servers: list[tuple[str, int]], secret: str, client_id: str,
-                 max_frame_bytes: int, connect_timeout_ms: int = 5000) -> None:
+                 max_frame_bytes: int, connect_timeout_ms: int = 5000,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.servers = servers
         self.secret = secret
+        self.ssl_context = ssl_context
         self.client_id = client_id
         self.max_frame_bytes = max_frame_bytes
         self.connect_timeout_ms = connect_timeout_ms
@@ -109,7 +116,8 @@ class ControllerLink:
             try:
                 self._conn = await Connection.open(host, port, client_id=self.client_id, secret=self.secret,
                                                    timeout_s=self.connect_timeout_ms / 1000,
-                                                   max_frame_bytes=self.max_frame_bytes)
+                                                   max_frame_bytes=self.max_frame_bytes,
+                                                   ssl_context=self.ssl_context)
             except KafkaError:
                 self._server += 1
                 raise
@@ -273,11 +281,12 @@ class ControllerChannel:
         # Heartbeats carry the offset of the last applied record (-1 if none), as Kafka's.
         self._metadata_offset = metadata_offset or (lambda img: img.offset - 1)
         servers = controller_servers(config)
-        secret = config.get("minibroker.cluster.secret")
+        secret = cluster_secret(config)
         max_frame = config.get_int("socket.request.max.bytes")
+        tls = controller_context(config)
 
         def link(purpose: str) -> ControllerLink:
-            return ControllerLink(servers, secret, f"broker-{node_id}-{purpose}", max_frame)
+            return ControllerLink(servers, secret, f"broker-{node_id}-{purpose}", max_frame, ssl_context=tls)
 
         self._control = link("lifecycle")
         self._metadata = link("metadata")

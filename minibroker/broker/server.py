@@ -47,7 +47,9 @@ from minibroker.kafka.server import KafkaConnection, serve_kafka
 from minibroker.metrics.counts import EventCounts
 from minibroker.metrics.families import Family, broker_families
 from minibroker.metrics.server import MetricsServer
+from minibroker.net.credentials import cluster_secret
 from minibroker.net.server import Dispatcher, HandlerSpec, RequestContext, serve
+from minibroker.net.tls import listener_protocol, peer_context, server_context
 from minibroker.protocol.api import REQUESTS, ApiKey
 from minibroker.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 from minibroker.protocol.schema import Nullable, Opt
@@ -212,7 +214,10 @@ class BrokerServer:
             raise ConfigError("node.id: must be set to a non-negative broker id")
         self.binds, self.advertised, self.inter_broker_listener = listener_plan(config)
         self.dirs = log_dirs(config)
-        self.secret = config.get("minibroker.cluster.secret")
+        self.secret = cluster_secret(config)
+        self.tls = {name: server_context(config, name) for name in self.binds
+                    if listener_protocol(config, name) == "SSL"}
+        self.peer_tls = peer_context(config, listener_protocol(config, self.inter_broker_listener))
         self.max_frame_bytes = config.get_int("socket.request.max.bytes")
         self.controlled_shutdown_timeout_ms = int(config.get(
             "minibroker.controlled.shutdown.timeout.ms", str(DEFAULT_CONTROLLED_SHUTDOWN_TIMEOUT_MS)))
@@ -240,7 +245,8 @@ class BrokerServer:
         self._controlled = True
         self._hurry = False
         self.dispatcher = Dispatcher(self._handlers(), secret=self.secret, role="broker",
-                                     max_frame_bytes=self.max_frame_bytes, describe=self._describe)
+                                     max_frame_bytes=self.max_frame_bytes, describe=self._describe,
+                                     failed_auth_delay_ms=config.get_int("connection.failed.authentication.delay.ms"))
         self.dispatcher.configure(config)
         tail.PROCESS_BUDGET.max_bytes = config.get_int("minibroker.tail.cache.max.bytes")
 
@@ -307,7 +313,7 @@ class BrokerServer:
                 srv = await serve_kafka(self.kafka_apis.handle, host, port, name, self.max_frame_bytes,
                                         self.kafka_connections)
             else:
-                srv = await serve(self.dispatcher, host, port, name)
+                srv = await serve(self.dispatcher, host, port, name, ssl_context=self.tls.get(name))
             self._servers.append(srv)
             bhost, bport = srv.sockets[0].getsockname()[:2]
             self.bound[name] = (bhost, bport)
@@ -324,7 +330,7 @@ class BrokerServer:
             previous_broker_epoch=previous_epoch)
         self.peers = InterBrokerConnections(node_id=self.node_id, image=self.image,
                                             listener=self.inter_broker_listener, secret=self.secret,
-                                            max_frame_bytes=self.max_frame_bytes)
+                                            max_frame_bytes=self.max_frame_bytes, ssl_context=self.peer_tls)
         self.channel = ControllerChannel(config=self.config, node_id=self.node_id, image=self.image,
                                          lifecycle=self.lifecycle, on_delta=self._on_delta, events=self._emit_state)
         self.channel.start()

@@ -16,6 +16,7 @@ from minibroker.cli.process import broker, controller, trace
 from minibroker.cli.produce import produce
 from minibroker.cli.sim import sim
 from minibroker.cli.storage import storage
+from minibroker.cli.secret import secret
 from minibroker.cli.topics import topics
 from minibroker.cli.verify import verify
 from minibroker.cli.watch import watch
@@ -28,7 +29,7 @@ def cli() -> None:
 
 
 for command in (topics, produce, consume, offsets, leader_election, watch, health, cluster, controller, broker, trace,
-                verify, sim, storage):
+                verify, sim, storage, secret):
     cli.add_command(command)
 
 

@@ -31,7 +31,9 @@ from minibroker.metadata import to_wire
 from minibroker.metrics.counts import EventCounts
 from minibroker.metrics.families import Family, controller_families
 from minibroker.metrics.server import MetricsServer
+from minibroker.net.credentials import cluster_secret
 from minibroker.net.server import Dispatcher, HandlerSpec, RequestContext, serve
+from minibroker.net.tls import listener_protocol, server_context
 from minibroker.protocol.api import ApiKey
 
 _O = TypeVar("_O", Outcome, Outcome | None)
@@ -40,7 +42,7 @@ log = logging.getLogger("minibroker.controller")
 event_log = logging.getLogger("minibroker.controller.events")
 
 MAX_RECORDS_PER_FETCH = 10_000
-DEFAULT_LISTENER = "CONTROLLER://0.0.0.0:9093"
+DEFAULT_LISTENER = "CONTROLLER://127.0.0.1:9093"   # loopback unless `listeners` says otherwise
 SOFTWARE = "minibroker-controller"
 
 
@@ -89,6 +91,8 @@ class ControllerServer:
         self.fatal: BaseException | None = None
         spec = config.get("listeners", "") or DEFAULT_LISTENER
         self.listeners = parse_listeners(spec)
+        self.tls = {name: server_context(config, name) for name in self.listeners
+                    if listener_protocol(config, name) == "SSL"}
         tick = self.settings.heartbeat_interval_ms / 4
         self.tick_ms = max(20, min(500, int(tick), self.settings.session_timeout_ms // 4 or 20))
         self.dispatcher = Dispatcher(
@@ -103,7 +107,8 @@ class ControllerServer:
                 ApiKey.DESCRIBE_CLUSTER: HandlerSpec(self._describe_cluster, privileged=True),
                 ApiKey.EVENTS: HandlerSpec(self._events),
             },
-            secret=config.get("minibroker.cluster.secret"),
+            secret=cluster_secret(config),
+            failed_auth_delay_ms=config.get_int("connection.failed.authentication.delay.ms"),
             role="controller",
             max_frame_bytes=config.get_int("socket.request.max.bytes"),
             describe=lambda: {"node_id": self.settings.node_id, "state": self.state, "software": SOFTWARE},
@@ -131,7 +136,7 @@ class ControllerServer:
         self.mlog.start()
         try:
             for name, (host, port) in self.listeners.items():
-                srv = await serve(self.dispatcher, host, port, name)
+                srv = await serve(self.dispatcher, host, port, name, ssl_context=self.tls.get(name))
                 self._servers.append(srv)
                 sock = srv.sockets[0].getsockname()
                 self.addresses[name] = (host, sock[1])

@@ -23,6 +23,7 @@ class ApiKey(enum.IntEnum):
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
@@ -93,7 +94,8 @@ REQUESTS: dict[ApiKey, dict[str, Any]] = {
         "topics": [str],
         "timeout_ms": Opt(int, 30_000),
     },
-    ApiKey.SASL_AUTHENTICATE: {"mechanism": str, "secret": str},
+    ApiKey.SASL_HANDSHAKE: {"mechanism": str},
+    ApiKey.SASL_AUTHENTICATE: {"auth_bytes": bytes},     # one SCRAM message (minibroker.net.scram)
     ApiKey.ELECT_LEADERS: {
         "election_type": int,                    # 0 preferred, 1 unclean
         "topics": Nullable([{"topic": str, "partitions": [int]}]),  # None = all partitions

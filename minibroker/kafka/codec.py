@@ -23,7 +23,7 @@ import struct
 import uuid
 from typing import Any, NamedTuple
 
-from kafka.protocol import admin as _admin
+from kafka.protocol import admin as _admin  # type: ignore[import-untyped]
 from kafka.protocol import consumer as _consumer
 from kafka.protocol import metadata as _metadata
 from kafka.protocol import producer as _producer

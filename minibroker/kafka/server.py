@@ -63,7 +63,7 @@ class KafkaConnection(asyncio.Protocol):
         self._drained = asyncio.Event()
         self._drained.set()
         self._wake: asyncio.Event | None = None
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._closed = False
 
     # -- asyncio.Protocol --------------------------------------------------

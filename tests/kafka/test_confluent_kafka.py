@@ -97,6 +97,15 @@ def test_admin_client_creates_and_describes_topics_and_configs(shared_cluster):
     assert configs["min.insync.replicas"].value == "2"
     assert not configs["min.insync.replicas"].is_default
     assert configs["retention.ms"].value == "604800000"
+    cluster = admin.describe_cluster().result(timeout=30)
+    assert sorted(n.id for n in cluster.nodes) == [1, 2, 3]
+    topics = admin.describe_topics(confluent_kafka.TopicCollection(["cf-admin"]))
+    assert len(topics["cf-admin"].result(timeout=30).partitions) == 4
+    # Each partition is led by its preferred replica already: Kafka's ELECTION_NOT_NEEDED.
+    elected = admin.elect_leaders(confluent_kafka.ElectionType.PREFERRED,
+                                  [TopicPartition("cf-admin", 0)]).result(timeout=30)
+    (err,) = elected.values()
+    assert err is not None and err.code() == KafkaError.ELECTION_NOT_NEEDED
 
 
 def test_acks_all_refused_with_not_enough_replicas_below_min_isr_and_leader_leo_unchanged(shared_cluster):

@@ -179,3 +179,13 @@ def test_every_acknowledged_record_survives_a_leader_kill_mid_stream(shared_clus
     finally:
         c.start_broker(leader)
         c.wait_running_sync(60)
+
+
+def test_a_producer_to_an_unknown_topic_creates_it_as_kafka_does_by_default(shared_cluster):
+    """auto.create.topics.enable=true (Kafka's default): num.partitions, default.replication.factor."""
+    c = shared_cluster
+    acked, errors = produce(c.kafka_bootstrap, "cf-auto", 3)
+    assert errors == [] and len(acked) == 3
+    md = AdminClient({"bootstrap.servers": c.kafka_bootstrap}).list_topics("cf-auto", timeout=30)
+    assert len(md.topics["cf-auto"].partitions) == 1
+    assert consume(c.kafka_bootstrap, "cf-auto", 1, 3) == acked

@@ -218,3 +218,25 @@ def test_a_consumer_in_a_followers_rack_is_redirected_to_it_and_served_there(sha
         p = k.recv(FetchResponse, 12).responses[0].partitions[0]
     assert p.error_code == 0 and p.preferred_read_replica == -1
     assert int.from_bytes(p.records[:8], "big") == 0
+
+
+def test_a_connection_idle_for_connections_max_idle_ms_is_closed():
+    """Kafka's selector closes connections without traffic for connections.max.idle.ms."""
+    import asyncio
+
+    from minibroker.kafka.server import serve_kafka
+
+    async def go():
+        conns: set = set()
+
+        async def handler(conn, frame):
+            return None
+        srv = await serve_kafka(handler, "127.0.0.1", 0, "KAFKA", 1 << 20, conns, idle_ms=200)
+        host, port = srv.sockets[0].getsockname()[:2]
+        try:
+            reader, writer = await asyncio.open_connection(host, port)
+            assert await asyncio.wait_for(reader.read(1), 10) == b""     # EOF: the broker closed it
+            writer.close()
+        finally:
+            srv.close()
+    asyncio.run(go())

@@ -12,6 +12,29 @@ KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 needs_kcat = pytest.mark.skipif(KCAT is None, reason="kcat is not installed (Debian: apt-get install -y kcat)")
 
 
+def consume(bs: str, topic: str, partitions: int, expect: int, conf: dict | None = None) -> list:
+    """Read `expect` records from every partition's start with confluent-kafka's
+    assign() (no group): [(key, value, partition, offset)] in arrival order."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    from minibroker.testing.wait import until_sync
+    c = Consumer({"bootstrap.servers": bs, "group.id": "assign-only", "enable.auto.commit": False,
+                  "enable.partition.eof": False, **(conf or {})})
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    got: list = []
+
+    def more():
+        for m in c.consume(num_messages=10_000, timeout=0.5):
+            assert m.error() is None, m.error()
+            got.append((m.key(), m.value(), m.partition(), m.offset()))
+        return len(got) >= expect
+    try:
+        until_sync(more, f"{expect} records from {topic}", timeout_s=120, interval_s=0)
+    finally:
+        c.close()
+    return got
+
+
 def create_topic(c: LocalCluster, name: str, partitions: int = 1, rf: int = 3,
                  configs: dict[str, str] | None = None) -> None:
     """Create a topic through confluent-kafka's AdminClient on the Kafka listener."""

@@ -9,12 +9,12 @@ import threading
 import pytest
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import KafkaError, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, ConfigResource  # noqa: E402
 
 from minibroker.client import Admin  # noqa: E402
 from minibroker.testing.wait import until_sync  # noqa: E402
-from kafkatests import create_topic  # noqa: E402
+from kafkatests import consume, create_topic  # noqa: E402
 
 pytestmark = pytest.mark.cluster
 
@@ -41,25 +41,6 @@ def produce(bs: str, topic: str, n: int, conf: dict | None = None) -> tuple[list
             p.poll(0)
     assert p.flush(120) == 0
     return acked, errors
-
-
-def consume(bs: str, topic: str, partitions: int, expect: int, conf: dict | None = None) -> list:
-    """Read `expect` records from every partition's start with assign() (no group)."""
-    c = Consumer({"bootstrap.servers": bs, "group.id": "assign-only", "enable.auto.commit": False,
-                  "enable.partition.eof": False, **(conf or {})})
-    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-    got: list = []
-
-    def more():
-        for m in c.consume(num_messages=10_000, timeout=0.5):
-            assert m.error() is None, m.error()
-            got.append((m.key(), m.value(), m.partition(), m.offset()))
-        return len(got) >= expect
-    try:
-        until_sync(more, f"{expect} records from {topic}", timeout_s=120, interval_s=0)
-    finally:
-        c.close()
-    return got
 
 
 def test_acks_all_producer_and_assign_consumer_round_trip_100k_records_exactly(shared_cluster):

@@ -75,6 +75,7 @@ DEFAULTS: dict[str, str] = {
     "unclean.leader.election.enable": "false",
     "default.replication.factor": "1",
     "num.partitions": "1",
+    "auto.create.topics.enable": "true",     # Kafka listener only: Metadata creates unknown topics
     # controller
     "broker.heartbeat.interval.ms": "2000",
     "broker.session.timeout.ms": "9000",

@@ -209,7 +209,8 @@ class LocalCluster:
         tmp = path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump({"version": 1, "layout": self.layout.to_dict(), "pids": self.pids,
-                       "blocked": self.blocked, "bootstrap": self.layout.bootstrap}, f, indent=1)
+                       "blocked": self.blocked, "bootstrap": self.layout.bootstrap,
+                       "kafka_bootstrap": self.layout.kafka_bootstrap}, f, indent=1)
         os.replace(tmp, path)
 
     def _write_configs(self) -> None:

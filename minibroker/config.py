@@ -19,6 +19,7 @@ DEFAULTS: dict[str, str] = {
     "listeners": "",
     "advertised.listeners": "",
     "inter.broker.listener.name": "",
+    "minibroker.kafka.listener.names": "KAFKA",   # listeners that speak Kafka's wire protocol
     "controller.quorum.bootstrap.servers": "127.0.0.1:9093",
     "socket.request.max.bytes": "104857600",
     "minibroker.cluster.secret": "minibroker-dev-secret",

@@ -66,6 +66,8 @@ def up(data_dir: str | None, brokers: int, sets: tuple[str, ...], fast: bool, no
 
 def _print_access(c: LocalCluster) -> None:
     click.echo(f"  bootstrap:  {c.bootstrap}")
+    if c.kafka_bootstrap:
+        click.echo(f"  kafka:      {c.kafka_bootstrap}")
     click.echo(f"  data dir:   {c.data_dir}  (logs: broker-N/broker.log, controller/controller.log)")
     racks = ", ".join(f"{b.node_id}={b.rack}" for b in c.layout.brokers)
     click.echo(f"  racks:      {racks}")

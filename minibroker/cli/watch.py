@@ -41,7 +41,7 @@ def _ids(xs: Any) -> str:
 def row(v: PartitionView) -> tuple[str, ...]:
     reps = "  ".join(
         f"{r.broker_id}:{'?' if r.leo is None else r.leo}/{'?' if r.lag is None else r.lag}"
-        f"{'' if r.in_isr else '*'}" for r in v.replicas)
+        f"{'' if r.in_isr else '*'}{'!' if r.stuck else ''}" for r in v.replicas)
     return (v.name, "none" if v.leader is None else str(v.leader), str(v.leader_epoch), _ids(v.isr), _ids(v.elr),
             "?" if v.hw is None else str(v.hw), reps + (f"  ({v.note})" if v.note else ""))
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,7 @@ class ReplicaView:
     in_isr: bool
     caught_up: bool | None = None
     last_caught_up_ms_ago: int | None = None
+    stuck: str | None = None        # the follower's own fetch state: why its fetches make no progress
 
 
 @dataclass(frozen=True)
@@ -91,9 +93,19 @@ def join(topics: list[TopicDescription], statuses: dict[int, dict[str, Any]]) ->
                     own = by_broker.get(b, {}).get(key)
                     replicas.append(ReplicaView(b, None if own is None else own.get("leo"), None, b in pd.isr))
                 hw = ls = None
+            replicas = [_with_stuck(r, by_broker.get(r.broker_id, {}).get(key)) for r in replicas]
+            stuck = [f"{r.broker_id} stuck: {r.stuck}" for r in replicas if r.stuck]
+            note = "; ".join([*([note] if note else []), *stuck])
             out.append(PartitionView(pd.topic, pd.partition, pd.leader, pd.leader_epoch, pd.isr, pd.elr,
                                      hw, ls, tuple(replicas), note))
     return out
+
+
+def _with_stuck(r: ReplicaView, own: dict[str, Any] | None) -> ReplicaView:
+    """The replica's own ReplicaStatus says whether its follower fetches are stuck (follower_stuck)."""
+    fs = (own or {}).get("fetch_state") or {}
+    reason = fs.get("stuck_reason") if fs.get("stuck") else None
+    return r if not reason else dataclasses.replace(r, stuck=str(reason))
 
 
 async def snapshot(admin: Admin, extra_brokers: dict[int, tuple[str, int]] | None = None

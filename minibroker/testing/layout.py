@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 CONTROLLER_ID = 0
+KAFKA_PORT = 9094           # each broker's Kafka-protocol listener, on its own 127.0.0.N
 RACKS = ("zone-a", "zone-b", "zone-c", "zone-d", "zone-e", "zone-f")
 Addr = tuple[str, int]
 
@@ -48,6 +49,7 @@ class BrokerSpec:
     port: int                                   # EXTERNAL (clients)
     rack: str
     internal: dict[str, Addr] = field(default_factory=dict)    # listener name -> bind address
+    kafka_port: int | None = None               # KAFKA listener (Kafka's wire protocol, clients)
     metrics: Addr | None = None                 # metrics.listener (GET /metrics)
 
     @property
@@ -57,6 +59,10 @@ class BrokerSpec:
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def kafka_address(self) -> str | None:
+        return f"{self.host}:{self.kafka_port}" if self.kafka_port else None
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,11 @@ class ClusterLayout:
     @property
     def bootstrap(self) -> str:
         return ",".join(b.address for b in self.brokers)
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """The brokers' Kafka-protocol listeners, for Kafka clients ("" for a layout without them)."""
+        return ",".join(a for a in (b.kafka_address for b in self.brokers) if a)
 
     def broker(self, node_id: int) -> BrokerSpec:
         for b in self.brokers:
@@ -119,6 +130,9 @@ class ClusterLayout:
         b = self.broker(node_id)
         listeners = [f"EXTERNAL://{b.host}:{b.port}"]
         advertised = [f"EXTERNAL://{b.host}:{b.port}"]
+        if b.kafka_port:
+            listeners.append(f"KAFKA://{b.host}:{b.kafka_port}")
+            advertised.append(f"KAFKA://{b.host}:{b.kafka_port}")
         for name, (h, p) in b.internal.items():
             listeners.append(f"{name}://{h}:{p}")
             if self.proxied:
@@ -162,6 +176,7 @@ class ClusterLayout:
             data_dir=d["data_dir"], controller=tuple(d["controller"]),  # type: ignore[arg-type]
             brokers=tuple(BrokerSpec(b["node_id"], b["host"], b["port"], b["rack"],
                                      {k: tuple(v) for k, v in b["internal"].items()},  # type: ignore[misc]
+                                     b.get("kafka_port"),
                                      tuple(b["metrics"]) if b.get("metrics") else None)  # type: ignore[arg-type]
                           for b in d["brokers"]),
             routes=tuple(Route(r["name"], r["src"], r["dst"], tuple(r["listen"]), tuple(r["target"]))  # type: ignore[arg-type]
@@ -184,7 +199,7 @@ def plan(data_dir: str, *, brokers: int = 3, hosts: list[str], controller_host: 
          port_for: PortFor, proxied: bool = True, secret: str,
          broker_overrides: dict[str, str] | None = None,
          controller_overrides: dict[str, str] | None = None) -> ClusterLayout:
-    """Lay out a cluster: broker i on hosts[i-1] (EXTERNAL default port 9092),
+    """Lay out a cluster: broker i on hosts[i-1] (EXTERNAL default port 9092, KAFKA 9094),
     controller on controller_host:9093, metrics on each broker's host:9404 and
     the controller's host:9400; `port_for(host, default)` picks each port
     (the default itself for the well-known layout, a free one for tests)."""
@@ -201,7 +216,7 @@ def plan(data_dir: str, *, brokers: int = 3, hosts: list[str], controller_host: 
         else:
             internal = {"INTERNAL": (host, port_for(host, 9101))}
         specs.append(BrokerSpec(i, host, port_for(host, 9092), RACKS[(i - 1) % len(RACKS)], internal,
-                                (host, port_for(host, 9404))))
+                                port_for(host, KAFKA_PORT), (host, port_for(host, 9404))))
     proxy_control: Addr | None = None
     if proxied:
         for b in specs:

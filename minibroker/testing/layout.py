@@ -168,14 +168,20 @@ PortFor = Any   # Callable[[str, int], int]: (host, default port) -> port to use
 
 
 def plan(data_dir: str, *, brokers: int = 3, hosts: list[str], controller_host: str,
-         port_for: PortFor, proxied: bool = True, secret: str,
+         port_for: PortFor, proxied: bool = True, secret: str, racks: tuple[str, ...] | None = None,
          broker_overrides: dict[str, str] | None = None,
          controller_overrides: dict[str, str] | None = None) -> ClusterLayout:
     """Lay out a cluster: broker i on hosts[i-1] (EXTERNAL default port 9092),
     controller on controller_host:9093; `port_for(host, default)` picks each port
-    (the default itself for the well-known layout, a free one for tests)."""
+    (the default itself for the well-known layout, a free one for tests). `racks` are
+    cycled over the brokers in id order (`--racks a,b,c` with 6 brokers: 2 per rack);
+    by default each broker has its own zone. Raises ValueError if two listeners or
+    routes would share an address."""
     if brokers < 1 or brokers > len(hosts):
         raise ValueError(f"brokers: expected 1..{len(hosts)}, got {brokers}")
+    rack_names = tuple(racks) if racks else RACKS
+    if any(not r.strip() for r in rack_names):
+        raise ValueError(f"racks: expected non-empty names, got {','.join(rack_names)!r}")
     ids = list(range(1, brokers + 1))
     controller = (controller_host, port_for(controller_host, 9093))
     specs: list[BrokerSpec] = []
@@ -186,7 +192,7 @@ def plan(data_dir: str, *, brokers: int = 3, hosts: list[str], controller_host: 
             internal = {f"INTERNAL_B{k}": (host, port_for(host, 9100 + k)) for k in ids}
         else:
             internal = {"INTERNAL": (host, port_for(host, 9101))}
-        specs.append(BrokerSpec(i, host, port_for(host, 9092), RACKS[(i - 1) % len(RACKS)], internal))
+        specs.append(BrokerSpec(i, host, port_for(host, 9092), rack_names[(i - 1) % len(rack_names)], internal))
     proxy_control: Addr | None = None
     if proxied:
         for b in specs:
@@ -197,5 +203,17 @@ def plan(data_dir: str, *, brokers: int = 3, hosts: list[str], controller_host: 
                     routes.append(Route(f"b{k}->b{b.node_id}", k, b.node_id,
                                         (b.host, port_for(b.host, 9200 + k)), b.internal[f"INTERNAL_B{k}"]))
         proxy_control = (controller_host, port_for(controller_host, 9199))
+    _check_distinct(controller, specs, routes, proxy_control)
     return ClusterLayout(data_dir, controller, tuple(specs), tuple(routes), proxy_control, secret,
                          dict(broker_overrides or {}), dict(controller_overrides or {}))
+
+
+def _check_distinct(controller: Addr, specs: list[BrokerSpec], routes: list[Route], proxy_control: Addr | None) -> None:
+    seen: dict[Addr, str] = {}
+    named = [("controller", controller)] + [(b.name, (b.host, b.port)) for b in specs] + \
+        [(f"{b.name} {n}", a) for b in specs for n, a in b.internal.items()] + \
+        [(f"route {r.name}", r.listen) for r in routes] + ([("proxy control", proxy_control)] if proxy_control else [])
+    for what, addr in named:
+        if addr in seen:
+            raise ValueError(f"{what} and {seen[addr]} would both listen on {addr[0]}:{addr[1]}")
+        seen[addr] = what

@@ -658,7 +658,7 @@ def test_kafka_adopts_the_controllers_isr_even_if_it_differs() -> None:
     d = lead.on_follower_fetch(3, 0, 1)
     assert d.isr_proposal == [1, 2, 3]
     lead.apply_committed_isr([3, 1], 4, 2)
-    assert lead.isr == (1, 3) and lead.partition_epoch == 4
+    assert lead.isr == (3, 1) and lead.partition_epoch == 4
 
 
 @pytest.mark.parametrize("answer", [

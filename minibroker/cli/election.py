@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from minibroker.cli.common import bootstrap_option, fail, handle_errors, resolve_bootstrap, run_async
+from minibroker.cli.common import bootstrap_option, fail, handle_errors, reachable_bootstrap, run_async
 from minibroker.cli.format import election_lines
 from minibroker.client.admin import Admin
 from minibroker.client.types import TopicPartition
@@ -27,8 +27,10 @@ def leader_election(bootstrap_server: str | None, election_type: str, all_topic_
         fail("Option --partition is only allowed if --topic is used")
     parts = None if all_topic_partitions else [TopicPartition(topic, partition)]  # type: ignore[arg-type]
 
+    bootstrap = reachable_bootstrap(bootstrap_server)
+
     async def go():
-        async with Admin(resolve_bootstrap(bootstrap_server)) as admin:
+        async with Admin(bootstrap) as admin:
             return await admin.elect_leaders(election_type.lower(), parts)
     lines, failed = election_lines(election_type, run_async(go()))
     for line in lines:

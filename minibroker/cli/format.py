@@ -58,6 +58,11 @@ def offsets_lines(topic: str, offsets: Mapping[int, int]) -> list[str]:
     return [f"{topic}:{p}:{o}" for p, o in sorted(offsets.items())]
 
 
+def offset_skip_line(tp: TopicPartition, err: KafkaError) -> str:
+    """GetOffsetShell's stderr line for a partition it could not get an offset for."""
+    return f"Skip getting offsets for topic-partition {tp.topic}:{tp.partition} due to error: {err}"
+
+
 def election_lines(election_type: str, results: Mapping[TopicPartition, KafkaError | None]) -> tuple[list[str], int]:
     """LeaderElectionCommand's report; returns (lines, number of failed partitions)."""
     kind = election_type.upper()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from minibroker.cli.common import bootstrap_option, fail, handle_errors, parse_kv, resolve_bootstrap, run_async
+from minibroker.cli.common import bootstrap_option, fail, handle_errors, parse_kv, reachable_bootstrap, run_async
 from minibroker.cli.format import describe_lines
 from minibroker.client.admin import Admin
 from minibroker.errors import ErrorCode, KafkaError
@@ -43,8 +43,10 @@ def create(bootstrap_server: str | None, topic: str, partitions: int, replicatio
     cfg = parse_kv(configs, "--config")
     assignments = _assignment(replica_assignment)
 
+    bootstrap = reachable_bootstrap(bootstrap_server)
+
     async def go() -> bool:
-        async with Admin(resolve_bootstrap(bootstrap_server)) as admin:
+        async with Admin(bootstrap) as admin:
             try:
                 await admin.create_topic(topic, partitions, replication_factor, cfg, assignments=assignments,
                                          wait=True)
@@ -65,8 +67,10 @@ def create(bootstrap_server: str | None, topic: str, partitions: int, replicatio
 @handle_errors
 def list_(bootstrap_server: str | None) -> None:
     """Topic names, one per line."""
+    bootstrap = reachable_bootstrap(bootstrap_server)
+
     async def go() -> list[str]:
-        async with Admin(resolve_bootstrap(bootstrap_server)) as admin:
+        async with Admin(bootstrap) as admin:
             return await admin.list_topics()
     for name in run_async(go()):
         click.echo(name)
@@ -85,8 +89,10 @@ def describe(bootstrap_server: str | None, topic: str | None, under_replicated_p
              under_min_isr_partitions: bool, at_min_isr_partitions: bool, unavailable_partitions: bool,
              leader_epoch: bool) -> None:
     """Kafka's describe lines, from Metadata: a topic line, then one line per partition."""
+    bootstrap = reachable_bootstrap(bootstrap_server)
+
     async def go():
-        async with Admin(resolve_bootstrap(bootstrap_server)) as admin:
+        async with Admin(bootstrap) as admin:
             return await admin.describe_topics([topic] if topic else None)
     try:
         tds = run_async(go())

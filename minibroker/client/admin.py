@@ -17,7 +17,7 @@ from minibroker.client.config import ADMIN_DEFAULTS, client_config
 from minibroker.client.describe import BrokerDescription, TopicDescription, describe_from_metadata
 from minibroker.client.metadata import parse_topic
 from minibroker.client.network import Address, ClientNetwork, now_ms
-from minibroker.client.offsets import LATEST_TIMESTAMP, OffsetResult, list_offsets
+from minibroker.client.offsets import LATEST_TIMESTAMP, OffsetResult, list_offsets, list_offsets_settled
 from minibroker.client.types import TopicPartition
 from minibroker.config import parse_hostport
 from minibroker.errors import ErrorCode, KafkaError
@@ -169,6 +169,27 @@ class Admin:
         self.net.want_topics([topic])
         res = await self.list_offsets({TopicPartition(topic, p): timestamp for p in parts})
         return {tp.partition: r.offset for tp, r in sorted(res.items())}
+
+    async def partition_offsets(self, partitions: Iterable[TopicPartition], timestamp: int = LATEST_TIMESTAMP, *,
+                                timeout_ms: int | None = None
+                                ) -> tuple[dict[TopicPartition, OffsetResult], dict[TopicPartition, KafkaError]]:
+        """Each partition's offset, or its error: a partition without a leader fails at once
+        (LEADER_NOT_AVAILABLE) instead of being retried; others are retried until `timeout_ms`."""
+        tps = list(partitions)
+        self.net.want_topics({tp.topic for tp in tps})
+        await self.net.refresh_metadata()
+        failed: dict[TopicPartition, KafkaError] = {}
+        specs: dict[TopicPartition, int] = {}
+        for tp in tps:
+            if self.net.cache.leader_id(tp) is None:
+                code = self.net.cache.topic_error(tp.topic) or ErrorCode.LEADER_NOT_AVAILABLE
+                failed[tp] = KafkaError(code, f"{tp}: no leader (partition offline)" if code ==
+                                        ErrorCode.LEADER_NOT_AVAILABLE else f"{tp}", remote=True)
+            else:
+                specs[tp] = timestamp
+        answers, errors = await list_offsets_settled(self.net, specs, timeout_ms=timeout_ms or self.api_timeout_ms)
+        failed.update(errors)
+        return answers, failed
 
     # -- elections ------------------------------------------------------------------
 

@@ -42,6 +42,7 @@ HEADER = {"api": int, "v": int, "id": int, "client": Opt(str, "")}
 # Timestamps in ListOffsets, as Kafka.
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3          # KIP-734: the offset of the record with the largest timestamp
 
 _produce_partition = {"partition": int, "records": bytes}
 _fetch_partition = {

@@ -89,7 +89,8 @@ def _filters(topic: str | None, partitions: str | None, topic_partitions: str | 
     return [_Filter(rx, p, p + 1) for p in ids]
 
 
-def select_partitions(topic_partition_ids: Mapping[str, Sequence[int]], *, topic: str | None = None, partitions: str | None = None,
+def select_partitions(topic_partition_ids: Mapping[str, Sequence[int]], *, topic: str | None = None,
+                      partitions: str | None = None,
                       topic_partitions: str | None = None) -> list[TopicPartition]:
     """The matching partitions, sorted (topics as text, then partition number); SpecError if none match."""
     filters = _filters(topic, partitions, topic_partitions)

@@ -57,7 +57,7 @@ def offsets(bootstrap_server: str | None, topic: str | None, partitions: str | N
                      for group in by_topic]
             skipped = 0
             try:
-                for group, task in zip(by_topic, tasks):
+                for group, task in zip(by_topic, tasks, strict=True):
                     answers, errors = await task
                     skipped += _print(group, answers, errors)
             finally:

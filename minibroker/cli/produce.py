@@ -75,7 +75,8 @@ async def _stdin_chunks():
 @click.option("--no-progress", is_flag=True, help="Synthetic load without the progress bar.")
 @handle_errors
 def produce(bootstrap_server: str | None, topic: str, acks: str, partition: int | None, key_separator: str | None,
-            reader_props: tuple[str, ...], count: int | None, size: int, props: tuple[str, ...], retries: int, no_progress: bool) -> None:
+            reader_props: tuple[str, ...], count: int | None, size: int, props: tuple[str, ...], retries: int,
+            no_progress: bool) -> None:
     """Send stdin lines (or --count synthetic records) to TOPIC.
 
     Failed records are reported by error code name on stderr; the exit status

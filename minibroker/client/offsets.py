@@ -18,8 +18,8 @@ from minibroker.client.types import TopicPartition
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.protocol.api import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, ApiKey
 
-__all__ = ["EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "MAX_TIMESTAMP", "OffsetResult", "list_offsets_once", "list_offsets",
-           "list_offsets_settled"]
+__all__ = ["EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "MAX_TIMESTAMP", "OffsetResult", "list_offsets_once",
+           "list_offsets", "list_offsets_settled"]
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,50 @@ def offset_skip_line(tp: TopicPartition, err: KafkaError) -> str:
     return f"Skip getting offsets for topic-partition {tp.topic}:{tp.partition} due to error: {err}"
 
 
+def partitions_from_json(text: str) -> list[TopicPartition]:
+    """kafka-leader-election's --path-to-json-file: {"partitions": [{"topic": T, "partition": N}, ...]};
+    ValueError says what is wrong (not JSON, a missing field, duplicates)."""
+    import json
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"not valid JSON: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("partitions"), list):
+        raise ValueError('expected {"partitions": [{"topic": "...", "partition": N}, ...]}')
+    out: list[TopicPartition] = []
+    for e in doc["partitions"]:
+        if not (isinstance(e, dict) and isinstance(e.get("topic"), str) and type(e.get("partition")) is int):
+            raise ValueError(f"partition entry {json.dumps(e)}: expected a string topic and an integer partition")
+        out.append(TopicPartition(e["topic"], e["partition"]))
+    dups = sorted({str(tp) for tp in out if out.count(tp) > 1})
+    if dups:
+        raise ValueError(f"Replica election data contains duplicate partitions: {', '.join(dups)}")
+    if not out:
+        raise ValueError("no partitions given")
+    return out
+
+
+def api_name(key: int) -> str:
+    """Kafka's ApiKeys name (Produce, ListOffsets, ...), minibroker's own keys likewise."""
+    from minibroker.protocol.api import ApiKey
+    try:
+        return "".join(w.capitalize() for w in ApiKey(key).name.split("_"))
+    except ValueError:
+        return "UNKNOWN"
+
+
+def api_versions_lines(address: str, node_id: int, rack: str | None, api_keys: Iterable[Mapping[str, int]]) -> list[str]:
+    """kafka-broker-api-versions: `HOST:PORT (id: N rack: R) -> (`, one `Name(key): min to max [usable: v]`
+    line per API (the highest version both sides speak), then `)`."""
+    keys = sorted(api_keys, key=lambda k: k["api"])
+    lines = [f"{address} (id: {node_id} rack: {rack or 'null'}) -> ("]
+    for i, k in enumerate(keys):
+        sep = "," if i < len(keys) - 1 else ""
+        lines.append(f"\t{api_name(k['api'])}({k['api']}): {k['min_v']} to {k['max_v']} [usable: {k['max_v']}]{sep}")
+    lines.append(")")
+    return lines
+
+
 def election_lines(election_type: str, results: Mapping[TopicPartition, KafkaError | None]) -> tuple[list[str], int]:
     """LeaderElectionCommand's report; returns (lines, number of failed partitions)."""
     kind = election_type.upper()

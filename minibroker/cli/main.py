@@ -7,6 +7,7 @@ from __future__ import annotations
 import click
 
 import minibroker
+from minibroker.cli.api_versions import broker_api_versions
 from minibroker.cli.cluster import cluster
 from minibroker.cli.consume import consume
 from minibroker.cli.election import leader_election
@@ -25,8 +26,8 @@ def cli() -> None:
     """minibroker: a Kafka-style replicated broker for learning and testing Kafka's replication."""
 
 
-for command in (topics, produce, consume, offsets, leader_election, watch, health, cluster, controller, broker, trace,
-                verify):
+for command in (topics, produce, consume, offsets, leader_election, broker_api_versions, watch, health, cluster,
+                controller, broker, trace, verify):
     cli.add_command(command)
 
 

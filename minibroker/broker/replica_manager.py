@@ -177,6 +177,14 @@ class ReplicaManager:
         for part in gone:
             self._stop_replica(part, now_ms, f"topic {part.topic} deleted", delete=True)
 
+    def on_configs_changed(self, now_ms: int) -> None:
+        """Triggered when metadata changed a topic's or a broker's dynamic configs: every
+        leader here takes its topic's effective min.insync.replicas at once."""
+        for part in self._partitions.values():
+            core = part.core
+            if core is not None:
+                self._apply(part, core.on_min_isr_changed(self._min_isr(part.topic), now_ms), now_ms)
+
     def on_partitions_removed(self, partitions: list[PartitionRecord], now_ms: int) -> None:
         """Triggered when metadata removed a topic: stop and delete its replicas."""
         for rec in partitions:

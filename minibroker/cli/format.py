@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 
 from minibroker.client.describe import PartitionDescription, TopicDescription
 from minibroker.client.types import TopicPartition
+from minibroker.dynamic_config import ConfigEntry, ConfigSource
 from minibroker.errors import KafkaError
 
 
@@ -16,7 +17,8 @@ def ids(xs: Iterable[int] | None) -> str:
 
 
 def topic_line(td: TopicDescription) -> str:
-    """TopicCommand.TopicDescription.printDescription; Configs lists non-default (topic-level) configs."""
+    """TopicCommand.TopicDescription.printDescription; Configs lists the non-default configs
+    (topic overrides and broker-level values, as DescribeConfigs reports them)."""
     out = f"Topic: {td.name}"
     if td.topic_id:
         out += f"\tTopicId: {td.topic_id}"
@@ -36,12 +38,17 @@ def partition_line(pd: PartitionDescription, *, leader_epoch: bool = False) -> s
 
 def describe_lines(topics: Iterable[TopicDescription], *, under_replicated: bool = False,
                    under_min_isr: bool = False, at_min_isr: bool = False, unavailable: bool = False,
-                   leader_epoch: bool = False) -> list[str]:
+                   leader_epoch: bool = False, with_overrides: bool = False) -> list[str]:
     """kafka-topics --describe: a topic line, then its partitions; with a filter only
-    the matching partitions and no topic lines (TopicCommand.DescribeOptions)."""
+    the matching partitions and no topic lines; with `with_overrides` (--topics-with-overrides)
+    only the topic lines of topics that have a non-default config (TopicCommand.DescribeOptions)."""
     filtered = under_replicated or under_min_isr or at_min_isr or unavailable
     lines: list[str] = []
     for td in topics:
+        if with_overrides and not filtered:
+            if td.configs:
+                lines.append(topic_line(td))
+            continue
         if not filtered:
             lines.append(topic_line(td))
         for pd in td.partitions:
@@ -104,6 +111,23 @@ def api_versions_lines(address: str, node_id: int, rack: str | None, api_keys: I
         sep = "," if i < len(keys) - 1 else ""
         lines.append(f"\t{api_name(k['api'])}({k['api']}): {k['min_v']} to {k['max_v']} [usable: {k['max_v']}]{sep}")
     lines.append(")")
+    return lines
+
+
+def config_describe_lines(entity_type: str, name: str, entries: Iterable[ConfigEntry], *,
+                          only: ConfigSource | None) -> list[str]:
+    """kafka-configs --describe: a heading, then `  name=value sensitive=false synonyms={SOURCE:name=value, ...}`
+    for each entry (only those from source `only`, unless --all)."""
+    if name == "":
+        head = f"Default configs for {entity_type} in the cluster are:"
+    else:
+        head = f"{'All' if only is None else 'Dynamic'} configs for {entity_type[:-1]} {name} are:"
+    lines = [head]
+    for e in entries:
+        if only is not None and e.source != only:
+            continue
+        syn = ", ".join(f"{s.name}:{n}={v}" for s, n, v in e.synonyms)
+        lines.append(f"  {e.name}={e.value} sensitive=false synonyms={{{syn}}}")
     return lines
 
 

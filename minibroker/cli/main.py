@@ -9,6 +9,7 @@ import click
 import minibroker
 from minibroker.cli.api_versions import broker_api_versions
 from minibroker.cli.cluster import cluster
+from minibroker.cli.configs import configs
 from minibroker.cli.consume import consume
 from minibroker.cli.election import leader_election
 from minibroker.cli.health import health
@@ -26,7 +27,7 @@ def cli() -> None:
     """minibroker: a Kafka-style replicated broker for learning and testing Kafka's replication."""
 
 
-for command in (topics, produce, consume, offsets, leader_election, broker_api_versions, watch, health, cluster,
+for command in (topics, produce, consume, offsets, leader_election, broker_api_versions, configs, watch, health, cluster,
                 controller, broker, trace, verify):
     cli.add_command(command)
 

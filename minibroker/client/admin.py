@@ -1,8 +1,9 @@
 """The admin client: topics, offsets, elections, cluster and replica views.
 
 Owns nothing long-lived beyond its `ClientNetwork`. Calls any broker for
-what any broker answers (CreateTopics and ElectLeaders are forwarded to the
-controller, KIP-590), each leader for ListOffsets, and a given broker for
+what any broker answers (CreateTopics, CreatePartitions, ElectLeaders and
+IncrementalAlterConfigs are forwarded to the controller, KIP-590), each
+leader for ListOffsets, and a given broker for its own DescribeConfigs,
 ReplicaStatus / Events / ApiVersions. Retriable failures are retried on
 another broker until `default.api.timeout.ms`.
 """
@@ -20,6 +21,7 @@ from minibroker.client.network import Address, ClientNetwork, now_ms
 from minibroker.client.offsets import LATEST_TIMESTAMP, OffsetResult, list_offsets, list_offsets_settled
 from minibroker.client.types import TopicPartition
 from minibroker.config import parse_hostport
+from minibroker.dynamic_config import ConfigEntry, ResourceType, entry_from_wire
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.net.connection import check
 from minibroker.protocol.api import ApiKey
@@ -130,6 +132,59 @@ class Admin:
             if t.get("error") and (topics is not None):
                 raise KafkaError(t["error"], f"topic {t['topic']}", remote=True)
         return out
+
+    async def create_partitions(self, topic: str, count: int, assignments: list[list[int]] | None = None, *,
+                                validate_only: bool = False, timeout_ms: int = 30_000) -> None:
+        """Grow `topic` to `count` partitions (CreatePartitions, through the controller); raises its error."""
+        body: dict[str, Any] = {"topics": [{"topic": topic, "count": count}], "timeout_ms": timeout_ms,
+                                "validate_only": validate_only}
+        if assignments is not None:
+            body["topics"][0]["assignments"] = [list(a) for a in assignments]
+        resp = await self._any(ApiKey.CREATE_PARTITIONS, body)
+        for r in resp.get("results", ()):
+            if r.get("error"):
+                raise KafkaError(r["error"], r.get("message") or "", remote=True)
+
+    # -- configs -------------------------------------------------------------------
+
+    async def describe_configs(self, resources: Iterable[tuple[int, str]]) -> dict[tuple[int, str], list[ConfigEntry]]:
+        """`[(ResourceType.TOPIC, "orders"), (ResourceType.BROKER, "1"), (ResourceType.BROKER, "")]` ->
+        each resource's entries. A broker's own configs are asked of that broker (as Kafka's admin
+        does); topics and the cluster default of any broker. A failed resource raises."""
+        wanted = list(resources)
+        out: dict[tuple[int, str], list[ConfigEntry]] = {}
+        anywhere = [r for r in wanted if not (r[0] == ResourceType.BROKER and r[1] != "")]
+        by_broker = [r for r in wanted if r[0] == ResourceType.BROKER and r[1] != ""]
+        replies: list[dict[str, Any]] = []
+        if anywhere:
+            body = {"resources": [{"resource_type": int(t), "resource_name": n} for t, n in anywhere]}
+            replies += (await self._any(ApiKey.DESCRIBE_CONFIGS, body)).get("results", [])
+        if by_broker:
+            live = await self.brokers()
+            for t, n in by_broker:
+                addr = live.get(int(n)) if n.isdigit() else None
+                if addr is None:
+                    raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {n} is not a live broker")
+                body = {"resources": [{"resource_type": int(t), "resource_name": n}]}
+                replies += check(await self.net.request_address(addr, ApiKey.DESCRIBE_CONFIGS, body,
+                                                                channel="meta")).get("results", [])
+        for r in replies:
+            if r.get("error"):
+                raise KafkaError(r["error"], r.get("message") or "", remote=True)
+            out[(r["resource_type"], r["resource_name"])] = [entry_from_wire(c) for c in r.get("configs", ())]
+        return out
+
+    async def incremental_alter_configs(self, resource: tuple[int, str], set_configs: Mapping[str, str],
+                                        delete_configs: Iterable[str] = (), *, validate_only: bool = False) -> None:
+        """SET and DELETE configs of one resource (through the controller); raises its error."""
+        ops = [{"name": k, "op": 0, "value": str(v)} for k, v in set_configs.items()]
+        ops += [{"name": k, "op": 1} for k in delete_configs]
+        body = {"resources": [{"resource_type": int(resource[0]), "resource_name": resource[1], "configs": ops}],
+                "validate_only": validate_only}
+        resp = await self._any(ApiKey.INCREMENTAL_ALTER_CONFIGS, body)
+        for r in resp.get("results", ()):
+            if r.get("error"):
+                raise KafkaError(r["error"], r.get("message") or "", remote=True)
 
     # -- cluster -----------------------------------------------------------------
 

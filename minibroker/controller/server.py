@@ -103,6 +103,8 @@ class ControllerServer:
                 ApiKey.METADATA_FETCH: HandlerSpec(self._metadata_fetch, privileged=True),
                 ApiKey.CREATE_TOPICS: HandlerSpec(self._create_topics, privileged=True),
                 ApiKey.ELECT_LEADERS: HandlerSpec(self._elect_leaders, privileged=True),
+                ApiKey.INCREMENTAL_ALTER_CONFIGS: HandlerSpec(self._incremental_alter_configs, privileged=True),
+                ApiKey.CREATE_PARTITIONS: HandlerSpec(self._create_partitions, privileged=True),
                 ApiKey.DESCRIBE_CLUSTER: HandlerSpec(self._describe_cluster, privileged=True),
                 ApiKey.EVENTS: HandlerSpec(self._events),
             },
@@ -248,6 +250,16 @@ class ControllerServer:
 
     async def _create_topics(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
         out = await self._decide(self.core.create_topics, self.clock.now_ms(), body["topics"], body["validate_only"])
+        return out.response
+
+    async def _incremental_alter_configs(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
+        out = await self._decide(self.core.incremental_alter_configs, self.clock.now_ms(), body["resources"],
+                                 body["validate_only"])
+        return out.response
+
+    async def _create_partitions(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
+        out = await self._decide(self.core.create_partitions, self.clock.now_ms(), body["topics"],
+                                 body["validate_only"])
         return out.response
 
     async def _elect_leaders(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:

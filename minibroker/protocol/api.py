@@ -25,8 +25,11 @@ class ApiKey(enum.IntEnum):
     METADATA = 3
     API_VERSIONS = 18
     CREATE_TOPICS = 19
+    DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
+    CREATE_PARTITIONS = 37
     ELECT_LEADERS = 43
+    INCREMENTAL_ALTER_CONFIGS = 44
     ALTER_PARTITION = 56
     DESCRIBE_CLUSTER = 60
     BROKER_REGISTRATION = 62
@@ -90,6 +93,21 @@ REQUESTS: dict[ApiKey, dict[str, Any]] = {
         "validate_only": Opt(bool, False),
     },
     ApiKey.SASL_AUTHENTICATE: {"mechanism": str, "secret": str},
+    ApiKey.DESCRIBE_CONFIGS: {
+        # resource_type 2 = topic, 4 = broker (name "" = the cluster default); names None = every config
+        "resources": [{"resource_type": int, "resource_name": str, "names": Opt(Nullable([str]), None)}],
+    },
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: {
+        "resources": [{"resource_type": int, "resource_name": str,
+                       # op: 0 SET, 1 DELETE (Kafka's AlterConfigOp; APPEND/SUBTRACT are for list configs)
+                       "configs": [{"name": str, "op": Opt(int, 0), "value": Opt(Nullable(str), None)}]}],
+        "validate_only": Opt(bool, False),
+    },
+    ApiKey.CREATE_PARTITIONS: {
+        "topics": [{"topic": str, "count": int, "assignments": Opt(Nullable([[int]]), None)}],
+        "timeout_ms": Opt(int, 30_000),
+        "validate_only": Opt(bool, False),
+    },
     ApiKey.ELECT_LEADERS: {
         "election_type": int,                    # 0 preferred, 1 unclean
         "topics": Nullable([{"topic": str, "partitions": [int]}]),  # None = all partitions

@@ -522,6 +522,18 @@ class PartitionLeader:
                        f"resend after {name}", change=p.kind)
         return self._finish(d)
 
+    def on_min_isr_changed(self, min_isr: int, now_ms: int) -> Decision:
+        """A topic or dynamic broker config set min.insync.replicas (kafka-configs --alter):
+        effective for the next acks=all append and the under-min-ISR checks."""
+        if min_isr < 1:
+            raise ValueError("min_isr must be >= 1")
+        d = self._begin()
+        if min_isr != self.min_isr:
+            self._emit(d, "min_isr_changed", now_ms, self.min_isr, min_isr,
+                       f"min.insync.replicas {self.min_isr} -> {min_isr} (config change)")
+            self.min_isr = min_isr
+        return self._finish(d)
+
     def on_metadata(
         self, isr: list[int], partition_epoch: int, leader_epoch: int,
         replicas: list[int], now_ms: int,

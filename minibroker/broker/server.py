@@ -388,6 +388,7 @@ class BrokerServer:
             ApiKey.INCREMENTAL_ALTER_CONFIGS: HandlerSpec(self._gated(self._incremental_alter_configs)),
             ApiKey.CREATE_PARTITIONS: HandlerSpec(self._gated(self._create_partitions)),
             ApiKey.DESCRIBE_CLUSTER: HandlerSpec(self._gated(self._describe_cluster)),
+            ApiKey.DESCRIBE_QUORUM: HandlerSpec(self._gated(self._describe_quorum)),
             ApiKey.REPLICA_STATUS: HandlerSpec(self._replica_status),
             ApiKey.EVENTS: HandlerSpec(self._events),
         }
@@ -465,6 +466,11 @@ class BrokerServer:
             remaining = max(0, int(timeout_ms - (loop.time() - start) * 1000))
             await self.channel.wait_for(lambda: self.image.offset > upto, remaining)
         return resp
+
+    async def _describe_quorum(self, ctx: RequestContext, body: dict) -> dict:
+        """Forwarded to the controller, as Kafka's brokers forward DescribeQuorum (KIP-836)."""
+        assert self.channel is not None
+        return await self.channel.forward(ApiKey.DESCRIBE_QUORUM, body, 30_000)
 
     async def _describe_cluster(self, ctx: RequestContext, body: dict) -> dict:
         assert self.channel is not None

@@ -16,6 +16,7 @@ from minibroker.cli.health import health
 from minibroker.cli.offsets import offsets
 from minibroker.cli.process import broker, controller, trace
 from minibroker.cli.produce import produce
+from minibroker.cli.quorum import metadata_quorum
 from minibroker.cli.topics import topics
 from minibroker.cli.verify import verify
 from minibroker.cli.watch import watch
@@ -27,8 +28,8 @@ def cli() -> None:
     """minibroker: a Kafka-style replicated broker for learning and testing Kafka's replication."""
 
 
-for command in (topics, produce, consume, offsets, leader_election, broker_api_versions, configs, watch, health, cluster,
-                controller, broker, trace, verify):
+for command in (topics, produce, consume, offsets, configs, leader_election, broker_api_versions, metadata_quorum,
+                watch, health, cluster, controller, broker, trace, verify):
     cli.add_command(command)
 
 

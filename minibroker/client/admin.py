@@ -195,6 +195,10 @@ class Admin:
                               b.get("fenced", False), b.get("broker_epoch", -1))
             for b in sorted(resp.get("brokers", ()), key=lambda b: b["node_id"])))
 
+    async def describe_quorum(self) -> dict[str, Any]:
+        """The metadata quorum as the controller reports it (DescribeQuorum, forwarded by a broker)."""
+        return await self._any(ApiKey.DESCRIBE_QUORUM, {})
+
     async def brokers(self) -> dict[int, Address]:
         """Live brokers from Metadata: node id -> (host, port) on this listener."""
         resp = await self.metadata([])

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import logging
 import os
 import time
@@ -25,7 +26,7 @@ from minibroker.config import Config, parse_listeners
 from minibroker.controller.eventlog import EventLog
 from minibroker.controller.metadata_log import MetadataLog
 from minibroker.controller.settings import ControllerSettings
-from minibroker.controller.state import ControllerState, Outcome
+from minibroker.controller.state import ControllerState, Outcome, describe_quorum
 from minibroker.metadata import to_wire
 from minibroker.net.server import Dispatcher, HandlerSpec, RequestContext, serve
 from minibroker.protocol.api import ApiKey
@@ -61,6 +62,26 @@ def _cluster_id(directory: str) -> str:
     return cid
 
 
+def _next_leader_epoch(directory: str) -> int:
+    """This start's quorum epoch, kept in <metadata.log.dir>/quorum-state as Kafka's KRaft
+    does: a single voter elects itself anew, one epoch higher, every time it starts."""
+    path = os.path.join(directory, "quorum-state")
+    epoch = 0
+    try:
+        with open(path, encoding="utf-8") as f:
+            epoch = int(json.load(f).get("leaderEpoch", 0))
+    except (FileNotFoundError, ValueError, TypeError, AttributeError):
+        pass
+    epoch += 1
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump({"leaderEpoch": epoch, "votedId": -1, "data_version": 0}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return epoch
+
+
 class _Clock:
     """Monotonic milliseconds anchored to wall-clock time at start (cores get `now_ms` from here)."""
 
@@ -85,6 +106,7 @@ class ControllerServer:
         self.events = EventLog()
         self.clock = _Clock()
         self.cluster_id = ""
+        self.leader_epoch = 0      # Invariant: this start's quorum epoch (quorum-state), once started
         self.state = "STARTING"
         self.addresses: dict[str, tuple[str, int]] = {}
         self._servers: list[asyncio.base_events.Server] = []
@@ -106,6 +128,7 @@ class ControllerServer:
                 ApiKey.INCREMENTAL_ALTER_CONFIGS: HandlerSpec(self._incremental_alter_configs, privileged=True),
                 ApiKey.CREATE_PARTITIONS: HandlerSpec(self._create_partitions, privileged=True),
                 ApiKey.DESCRIBE_CLUSTER: HandlerSpec(self._describe_cluster, privileged=True),
+                ApiKey.DESCRIBE_QUORUM: HandlerSpec(self._describe_quorum, privileged=True),
                 ApiKey.EVENTS: HandlerSpec(self._events),
             },
             secret=config.get("minibroker.cluster.secret"),
@@ -120,6 +143,7 @@ class ControllerServer:
         loop = asyncio.get_running_loop()
         loaded = await loop.run_in_executor(None, self.mlog.load)
         self.cluster_id = await loop.run_in_executor(None, _cluster_id, self.directory)
+        self.leader_epoch = await loop.run_in_executor(None, _next_leader_epoch, self.directory)
         for off, rec in loaded.snapshot:
             self.core.replay(off, rec)
         for off, rec in loaded.records:
@@ -269,6 +293,10 @@ class ControllerServer:
     async def _describe_cluster(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
         return {"error": 0, "cluster_id": self.cluster_id, "controller_id": self.settings.node_id,
                 "brokers": self.core.describe_cluster()}
+
+    async def _describe_quorum(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
+        return {**describe_quorum(self.core, self.settings.node_id, self.leader_epoch, self.clock.now_ms()),
+                "cluster_id": self.cluster_id}
 
     async def _metadata_fetch(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
         """Records from `from_offset`, long-polling up to max_wait_ms when there are none; a snapshot of

@@ -812,3 +812,21 @@ def _applied(configs: Mapping[str, str], ops: Sequence[dict[str, Any]]) -> dict[
         else:
             out.pop(op["name"], None)
     return out
+
+
+def describe_quorum(state: ControllerState, node_id: int, leader_epoch: int, now_ms: int) -> dict[str, Any]:
+    """DescribeQuorum for a single controller: it is the only voter (and leader, its log end the
+    high watermark); every registered broker is an observer at the offset its last heartbeat
+    reported. `now_ms` is wall-clock-anchored, as Kafka's timestamps."""
+    hw = state.next_offset
+    observers = []
+    for b in sorted(state.cluster.brokers):
+        s = state.cluster.sessions.get(b)
+        leo = s.metadata_offset + 1 if s is not None and s.metadata_offset >= 0 else -1
+        last = s.last_contact_ms if s is not None else -1
+        observers.append({"replica_id": b, "log_end_offset": leo, "last_fetch_timestamp": last,
+                          "last_caught_up_timestamp": last if leo >= hw else -1})
+    return {"error": 0, "leader_id": node_id, "leader_epoch": leader_epoch, "high_watermark": hw,
+            "voters": [{"replica_id": node_id, "log_end_offset": hw, "last_fetch_timestamp": now_ms,
+                        "last_caught_up_timestamp": now_ms}],
+            "observers": observers}

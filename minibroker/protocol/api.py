@@ -30,6 +30,7 @@ class ApiKey(enum.IntEnum):
     CREATE_PARTITIONS = 37
     ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
+    DESCRIBE_QUORUM = 55
     ALTER_PARTITION = 56
     DESCRIBE_CLUSTER = 60
     BROKER_REGISTRATION = 62
@@ -125,6 +126,7 @@ REQUESTS: dict[ApiKey, dict[str, Any]] = {
         }]}],
     },
     ApiKey.DESCRIBE_CLUSTER: {},
+    ApiKey.DESCRIBE_QUORUM: {},
     ApiKey.BROKER_REGISTRATION: {
         "broker_id": int,
         "incarnation_id": str,

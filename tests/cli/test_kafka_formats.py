@@ -103,3 +103,22 @@ def test_broker_api_versions_lines_are_kafka_broker_api_versions():
     assert lines == ["127.0.0.1:9092 (id: 1 rack: zone-a) -> (", "\tProduce(0): 0 to 0 [usable: 0],",
                      "\tApiVersions(18): 0 to 0 [usable: 0]", ")"]
     assert api_versions_lines("h:1", 2, None, [])[0] == "h:1 (id: 2 rack: null) -> ("
+
+
+def test_metadata_quorum_status_and_replication_are_kafka_metadata_quorums():
+    from minibroker.cli.quorum import replication_lines, status_lines
+    q = {"cluster_id": "abc", "leader_id": 0, "leader_epoch": 3, "high_watermark": 47,
+         "voters": [{"replica_id": 0, "log_end_offset": 47, "last_fetch_timestamp": 100,
+                     "last_caught_up_timestamp": 100}],
+         "observers": [{"replica_id": 1, "log_end_offset": 47, "last_fetch_timestamp": 90,
+                        "last_caught_up_timestamp": 90},
+                       {"replica_id": 2, "log_end_offset": 40, "last_fetch_timestamp": 80,
+                        "last_caught_up_timestamp": -1}]}
+    assert status_lines(q) == ["ClusterId:              abc", "LeaderId:               0",
+                               "LeaderEpoch:            3", "HighWatermark:          47",
+                               "MaxFollowerLag:         0", "MaxFollowerLagTimeMs:   0",
+                               "CurrentVoters:          [0]", "CurrentObservers:       [1,2]"]
+    rows = [line.split() for line in replication_lines(q)]
+    assert rows == [["NodeId", "LogEndOffset", "Lag", "LastFetchTimestamp", "LastCaughtUpTimestamp", "Status"],
+                    ["0", "47", "0", "100", "100", "Leader"], ["1", "47", "0", "90", "90", "Observer"],
+                    ["2", "40", "7", "80", "-1", "Observer"]]

@@ -199,3 +199,14 @@ def test_a_dead_bootstrap_fails_at_once_with_connection_refused(env):
 def test_produce_to_an_unknown_topic_says_unknown_topic_or_partition(env):
     r = run(env, "produce", "--topic", "no-such-topic", input=b"x\n")
     assert r.returncode == 1 and b"UNKNOWN_TOPIC_OR_PARTITION: Topic no-such-topic not present in metadata" in r.stderr
+
+
+def test_metadata_quorum_describes_the_single_controller_and_its_observers(env):
+    out = ok(run(env, "metadata-quorum", "describe", "--status"))
+    fields = dict(line.split(":", 1) for line in out.splitlines())
+    assert fields["LeaderId"].strip() == "0" and int(fields["LeaderEpoch"]) >= 1
+    assert int(fields["HighWatermark"]) > 0
+    assert fields["CurrentVoters"].strip() == "[0]" and fields["CurrentObservers"].strip() == "[1,2,3,4]"
+    rows = [line.split() for line in ok(run(env, "metadata-quorum", "describe", "--replication")).splitlines()]
+    assert rows[0][0] == "NodeId" and rows[1][0] == "0" and rows[1][-1] == "Leader"
+    assert sorted(r[0] for r in rows[2:]) == ["1", "2", "3", "4"] and {r[-1] for r in rows[2:]} == {"Observer"}

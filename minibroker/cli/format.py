@@ -102,7 +102,8 @@ def api_name(key: int) -> str:
         return "UNKNOWN"
 
 
-def api_versions_lines(address: str, node_id: int, rack: str | None, api_keys: Iterable[Mapping[str, int]]) -> list[str]:
+def api_versions_lines(address: str, node_id: int, rack: str | None,
+                       api_keys: Iterable[Mapping[str, int]]) -> list[str]:
     """kafka-broker-api-versions: `HOST:PORT (id: N rack: R) -> (`, one `Name(key): min to max [usable: v]`
     line per API (the highest version both sides speak), then `)`."""
     keys = sorted(api_keys, key=lambda k: k["api"])

@@ -28,6 +28,9 @@ from minibroker.controller.metadata_log import MetadataLog
 from minibroker.controller.settings import ControllerSettings
 from minibroker.controller.state import ControllerState, Outcome, describe_quorum
 from minibroker.metadata import to_wire
+from minibroker.metrics.counts import EventCounts
+from minibroker.metrics.families import Family, controller_families
+from minibroker.metrics.server import MetricsServer
 from minibroker.net.server import Dispatcher, HandlerSpec, RequestContext, serve
 from minibroker.protocol.api import ApiKey
 
@@ -104,6 +107,9 @@ class ControllerServer:
         self.directory = config.get("metadata.log.dir")
         self.mlog = MetadataLog(self.directory)
         self.events = EventLog()
+        self.event_counts = EventCounts()
+        self.events.subscribe(self.event_counts.observe)
+        self.metrics: MetricsServer | None = None
         self.clock = _Clock()
         self.cluster_id = ""
         self.leader_epoch = 0      # Invariant: this start's quorum epoch (quorum-state), once started
@@ -167,6 +173,13 @@ class ControllerServer:
         except OSError:
             await self.stop()
             raise
+        if self.config.get("metrics.listener", "").strip():
+            self.metrics = MetricsServer(self._metric_families)
+            try:
+                await self.metrics.start(self.config.get("metrics.listener"))
+            except OSError:
+                await self.stop()
+                raise
         self._timer = loop.create_task(self._timer_loop(), name="controller-timer")
         self.state = "RUNNING"
 
@@ -186,6 +199,8 @@ class ControllerServer:
         for conn in list(self.dispatcher.connections):
             if conn.transport is not None:
                 conn.transport.close()
+        if self.metrics is not None:
+            await self.metrics.close()
         for srv in self._servers:
             try:
                 await asyncio.wait_for(srv.wait_closed(), 2)
@@ -193,6 +208,12 @@ class ControllerServer:
                 pass
         await self.mlog.close()
         self.stopped.set()
+
+    def _metric_families(self) -> list[Family]:
+        """Triggered by each scrape of /metrics (on the event loop): the core's records as they are."""
+        topics = self.core.topics
+        parts = [p for t in sorted(topics.partitions) for _, p in sorted(topics.partitions[t].items())]
+        return controller_families(parts, self.core.cluster.brokers.values(), len(topics.topics), self.event_counts)
 
     def _die(self, exc: BaseException) -> None:
         if self.fatal is None:

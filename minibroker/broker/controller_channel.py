@@ -23,8 +23,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-import uuid
-from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Callable
 

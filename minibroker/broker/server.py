@@ -39,11 +39,12 @@ from minibroker.broker.peers import InterBrokerConnections
 from minibroker.broker import tail
 from minibroker.config import Config, ConfigError, parse_listeners
 from minibroker.limits import clamp_batch_size
+from minibroker.dynamic_config import ResourceType, broker_entries, default_entries, entry_to_wire, topic_entries
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.events import Event
-from minibroker.metadata import NO_LEADER
 from minibroker.kafka.handlers import KafkaApis
 from minibroker.kafka.server import KafkaConnection, serve_kafka
+from minibroker.metadata import CLUSTER_DEFAULT, NO_LEADER
 from minibroker.metrics.counts import EventCounts
 from minibroker.metrics.families import Family, broker_families
 from minibroker.metrics.server import MetricsServer
@@ -385,6 +386,8 @@ class BrokerServer:
             return
         if delta.partitions or delta.brokers:
             self.replica_manager.on_metadata(delta.partitions, delta.brokers, now_ms())
+        if delta.topics or delta.broker_configs:
+            self.replica_manager.on_configs_changed(now_ms())
         if delta.removed_partitions and hasattr(self.replica_manager, "on_partitions_removed"):
             self.replica_manager.on_partitions_removed(delta.removed_partitions, now_ms())
 
@@ -439,7 +442,11 @@ class BrokerServer:
             ApiKey.CREATE_TOPICS: HandlerSpec(self._gated(self._create_topics)),
             ApiKey.DELETE_TOPICS: HandlerSpec(self._gated(self._delete_topics)),
             ApiKey.ELECT_LEADERS: HandlerSpec(self._gated(self._elect_leaders)),
+            ApiKey.DESCRIBE_CONFIGS: HandlerSpec(self._gated(self._describe_configs)),
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: HandlerSpec(self._gated(self._incremental_alter_configs)),
+            ApiKey.CREATE_PARTITIONS: HandlerSpec(self._gated(self._create_partitions)),
             ApiKey.DESCRIBE_CLUSTER: HandlerSpec(self._gated(self._describe_cluster)),
+            ApiKey.DESCRIBE_QUORUM: HandlerSpec(self._gated(self._describe_quorum)),
             ApiKey.REPLICA_STATUS: HandlerSpec(self._replica_status),
             ApiKey.EVENTS: HandlerSpec(self._events),
         }
@@ -519,6 +526,36 @@ class BrokerServer:
         return await self.channel.forward(ApiKey.ELECT_LEADERS, strip_defaults(body, REQUESTS[ApiKey.ELECT_LEADERS]),
                                           max(0, body.get("timeout_ms", 30_000)) + 5000)
 
+    async def _describe_configs(self, ctx: RequestContext, body: dict) -> dict:
+        """Answered from this broker's image and its own properties (a broker resource
+        names this broker, or "" for the cluster default, as Kafka's admin routes it)."""
+        return {"results": [describe_config_resource(self.image, self.config, self.node_id, r)
+                            for r in body["resources"]]}
+
+    async def _incremental_alter_configs(self, ctx: RequestContext, body: dict) -> dict:
+        """Forwarded to the controller (KIP-590); answers once this broker's image holds the change."""
+        return await self._forward_then_catch_up(ApiKey.INCREMENTAL_ALTER_CONFIGS, body, 30_000)
+
+    async def _create_partitions(self, ctx: RequestContext, body: dict) -> dict:
+        """Forwarded to the controller; answers once this broker's image holds the new partitions."""
+        return await self._forward_then_catch_up(ApiKey.CREATE_PARTITIONS, body, max(0, body.get("timeout_ms", 30_000)))
+
+    async def _forward_then_catch_up(self, api: ApiKey, body: dict, timeout_ms: int) -> dict:
+        assert self.channel is not None
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        resp = await self.channel.forward(api, strip_defaults(body, REQUESTS[api]), timeout_ms + 5000)
+        upto = resp.pop("metadata_offset", -1)
+        if not resp.get("error", 0) and upto >= 0:
+            remaining = max(0, int(timeout_ms - (loop.time() - start) * 1000))
+            await self.channel.wait_for(lambda: self.image.offset > upto, remaining)
+        return resp
+
+    async def _describe_quorum(self, ctx: RequestContext, body: dict) -> dict:
+        """Forwarded to the controller, as Kafka's brokers forward DescribeQuorum (KIP-836)."""
+        assert self.channel is not None
+        return await self.channel.forward(ApiKey.DESCRIBE_QUORUM, body, 30_000)
+
     async def _describe_cluster(self, ctx: RequestContext, body: dict) -> dict:
         assert self.channel is not None
         return await self.channel.forward(ApiKey.DESCRIBE_CLUSTER, body, 30_000)
@@ -531,6 +568,34 @@ class BrokerServer:
     async def _events(self, ctx: RequestContext, body: dict) -> dict:
         max_wait = min(max(0, body["max_wait_ms"]), 60_000)
         return await self.events.poll(body["from_seq"], max_wait, max(0, min(body["max_events"], 10_000)))
+
+
+def describe_config_resource(image: MetadataImage, config: Config, node_id: int, r: dict[str, Any]) -> dict[str, Any]:
+    """One DescribeConfigs result: the resource's entries with sources and synonyms."""
+    rtype, name = r["resource_type"], r["resource_name"]
+    out: dict[str, Any] = {"resource_type": rtype, "resource_name": name, "error": 0, "message": "", "configs": []}
+    dynamic = image.broker_configs
+    if rtype == ResourceType.TOPIC:
+        t = image.topics.get(name)
+        if t is None:
+            out.update(error=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), message=f"Topic {name} does not exist")
+            return out
+        entries = topic_entries(t.configs, dynamic.get(node_id, {}), dynamic.get(CLUSTER_DEFAULT, {}),
+                                config.as_dict())
+    elif rtype == ResourceType.BROKER and name == "":
+        entries = default_entries(dynamic.get(CLUSTER_DEFAULT, {}))
+    elif rtype == ResourceType.BROKER and name == str(node_id):
+        entries = broker_entries(dynamic.get(node_id, {}), dynamic.get(CLUSTER_DEFAULT, {}), config.as_dict())
+    elif rtype == ResourceType.BROKER:
+        out.update(error=int(ErrorCode.INVALID_REQUEST),
+                   message=f"broker {node_id} describes its own configs, not broker {name!r}'s: ask that broker")
+        return out
+    else:
+        out.update(error=int(ErrorCode.INVALID_REQUEST), message=f"unsupported resource type {rtype}")
+        return out
+    wanted = r.get("names")
+    out["configs"] = [entry_to_wire(e) for e in entries if wanted is None or e.name in wanted]
+    return out
 
 
 def strip_defaults(value: Any, spec: Any) -> Any:

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from minibroker import clock
-from minibroker.cli.common import bootstrap_option, fail, handle_errors, parse_kv, resolve_bootstrap, run_async
+from minibroker.cli.common import bootstrap_option, fail, handle_errors, parse_kv, reachable_bootstrap, run_async
 from minibroker.cli.progress import bar, wanted
 from minibroker.client.consumer import Consumer
 from minibroker.client.types import ConsumerRecord, TopicPartition
@@ -77,11 +77,11 @@ def consume(bootstrap_server: str | None, topic: str, partition: int | None, fro
                 fail("The partition is required when offset is specified.")
     cfg: dict[str, Any] = {"client.rack": client_rack, "auto.offset.reset": "earliest" if start == "earliest" else "latest"}
     cfg.update(parse_kv(cprops, "--consumer-property"))
-    fmt = parse_kv(props, "--property")
+    fmt = parse_kv(props, "--property", strip_values=False)
     counter = [0]
     # Ctrl-C ends a --follow; the total is still reported, as Kafka's console consumer does.
     with contextlib.suppress(KeyboardInterrupt):
-        run_async(_consume(resolve_bootstrap(bootstrap_server), cfg, topic, partition, start, follow, timeout_ms,
+        run_async(_consume(reachable_bootstrap(bootstrap_server), cfg, topic, partition, start, follow, timeout_ms,
                            max_messages, fmt, verbose, counter))
     click.echo(f"Processed a total of {counter[0]} messages", err=True)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import logging
 import os
 
@@ -26,7 +27,7 @@ from minibroker.config import Config, parse_listeners
 from minibroker.controller.eventlog import EventLog
 from minibroker.controller.metadata_log import MetadataLog
 from minibroker.controller.settings import ControllerSettings
-from minibroker.controller.state import ControllerState, Outcome
+from minibroker.controller.state import ControllerState, Outcome, describe_quorum
 from minibroker.metadata import to_wire
 from minibroker.metrics.counts import EventCounts
 from minibroker.metrics.families import Family, controller_families
@@ -67,6 +68,26 @@ def _cluster_id(directory: str) -> str:
     return cid
 
 
+def _next_leader_epoch(directory: str) -> int:
+    """This start's quorum epoch, kept in <metadata.log.dir>/quorum-state as Kafka's KRaft
+    does: a single voter elects itself anew, one epoch higher, every time it starts."""
+    path = os.path.join(directory, "quorum-state")
+    epoch = 0
+    try:
+        with open(path, encoding="utf-8") as f:
+            epoch = int(json.load(f).get("leaderEpoch", 0))
+    except (FileNotFoundError, ValueError, TypeError, AttributeError):
+        pass
+    epoch += 1
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump({"leaderEpoch": epoch, "votedId": -1, "data_version": 0}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return epoch
+
+
 class ControllerServer:
     """Invariant: after `start()`, `core` holds exactly the records in `mlog`
     (durable or pending), and `addresses` has the bound listener addresses."""
@@ -83,6 +104,7 @@ class ControllerServer:
         self.metrics: MetricsServer | None = None
         self.clock = AnchoredClock()
         self.cluster_id = ""
+        self.leader_epoch = 0      # Invariant: this start's quorum epoch (quorum-state), once started
         self.state = "STARTING"
         self.addresses: dict[str, tuple[str, int]] = {}
         self._servers: list[asyncio.base_events.Server] = []
@@ -104,7 +126,10 @@ class ControllerServer:
                 ApiKey.CREATE_TOPICS: HandlerSpec(self._create_topics, privileged=True),
                 ApiKey.DELETE_TOPICS: HandlerSpec(self._delete_topics, privileged=True),
                 ApiKey.ELECT_LEADERS: HandlerSpec(self._elect_leaders, privileged=True),
+                ApiKey.INCREMENTAL_ALTER_CONFIGS: HandlerSpec(self._incremental_alter_configs, privileged=True),
+                ApiKey.CREATE_PARTITIONS: HandlerSpec(self._create_partitions, privileged=True),
                 ApiKey.DESCRIBE_CLUSTER: HandlerSpec(self._describe_cluster, privileged=True),
+                ApiKey.DESCRIBE_QUORUM: HandlerSpec(self._describe_quorum, privileged=True),
                 ApiKey.EVENTS: HandlerSpec(self._events),
             },
             secret=cluster_secret(config),
@@ -121,6 +146,7 @@ class ControllerServer:
         loop = asyncio.get_running_loop()
         loaded = await loop.run_in_executor(None, self.mlog.load)
         self.cluster_id = await loop.run_in_executor(None, _cluster_id, self.directory)
+        self.leader_epoch = await loop.run_in_executor(None, _next_leader_epoch, self.directory)
         for off, rec in loaded.snapshot:
             self.core.replay(off, rec)
         for off, rec in loaded.records:
@@ -285,6 +311,16 @@ class ControllerServer:
         out = await self._decide(self.core.delete_topics, self.clock.now_ms(), body["topics"])
         return out.response
 
+    async def _incremental_alter_configs(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
+        out = await self._decide(self.core.incremental_alter_configs, self.clock.now_ms(), body["resources"],
+                                 body["validate_only"])
+        return out.response
+
+    async def _create_partitions(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
+        out = await self._decide(self.core.create_partitions, self.clock.now_ms(), body["topics"],
+                                 body["validate_only"])
+        return out.response
+
     async def _elect_leaders(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
         out = await self._decide(self.core.elect_leaders, self.clock.now_ms(), body["election_type"], body["topics"])
         return out.response
@@ -292,6 +328,10 @@ class ControllerServer:
     async def _describe_cluster(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
         return {"error": 0, "cluster_id": self.cluster_id, "controller_id": self.settings.node_id,
                 "brokers": self.core.describe_cluster()}
+
+    async def _describe_quorum(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
+        return {**describe_quorum(self.core, self.settings.node_id, self.leader_epoch, self.clock.now_ms()),
+                "cluster_id": self.cluster_id}
 
     async def _metadata_fetch(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
         """Records from `from_offset`, long-polling up to max_wait_ms when there are none; a snapshot of

@@ -355,6 +355,39 @@ class PartitionLog:
     def _segment_index_for(self, offset: int) -> int:
         return max(bisect.bisect_right(self._bases, offset) - 1, 0)
 
+    def offset_for_timestamp(self, timestamp: int, upper_bound_offset: int) -> tuple[int, int] | None:
+        """ListOffsets by time (KIP-79) at batch granularity: (offset, max timestamp) of the first
+        batch below `upper_bound_offset` whose max timestamp >= `timestamp` (its base offset, or
+        the log start if higher), or None. Blocking reads: call off the event loop."""
+        with self._lock:
+            segments = list(self._segments)
+        for seg in segments:
+            if seg.max_timestamp < timestamp:
+                continue
+            for h in seg._walk(0, seg.size):
+                if h.base_offset >= upper_bound_offset:
+                    return None
+                if h.last_offset >= self._log_start_offset and h.max_timestamp >= timestamp:
+                    return max(h.base_offset, self._log_start_offset), h.max_timestamp
+        return None
+
+    def offset_of_max_timestamp(self, upper_bound_offset: int) -> tuple[int, int] | None:
+        """ListOffsets MAX_TIMESTAMP (-3, KIP-734) at batch granularity: (last offset, timestamp) of
+        the first batch below `upper_bound_offset` with the largest max timestamp, or None if empty.
+        Blocking reads: call off the event loop."""
+        with self._lock:
+            segments = list(self._segments)
+        best: tuple[int, int] | None = None
+        for seg in segments:
+            if seg.size == 0 or (best is not None and seg.max_timestamp <= best[1]):
+                continue
+            for h in seg._walk(0, seg.size):
+                if h.last_offset >= upper_bound_offset:
+                    break
+                if h.last_offset >= self._log_start_offset and (best is None or h.max_timestamp > best[1]):
+                    best = (h.last_offset, h.max_timestamp)
+        return best
+
     def read(self, fetch_offset: int, max_bytes: int, upper_bound_offset: int | None = None, *,
              min_one_batch: bool = True) -> bytes:
         """Fetch path: the raw bytes of whole batches, starting with the batch

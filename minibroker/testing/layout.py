@@ -242,14 +242,21 @@ PortFor = Any   # Callable[[str, int], int]: (host, default port) -> port to use
 
 def plan(data_dir: str, *, brokers: int = 3, hosts: list[str], controller_host: str,
          port_for: PortFor, proxied: bool = True, secret_file: str | None = None, tls: bool = False,
+         racks: tuple[str, ...] | None = None,
          broker_overrides: dict[str, str] | None = None,
          controller_overrides: dict[str, str] | None = None) -> ClusterLayout:
     """Lay out a cluster: broker i on hosts[i-1] (EXTERNAL default port 9092, KAFKA 9094),
     controller on controller_host:9093, metrics on each broker's host:9404 and
     the controller's host:9400; `port_for(host, default)` picks each port
-    (the default itself for the well-known layout, a free one for tests)."""
+    (the default itself for the well-known layout, a free one for tests). `racks` are
+    cycled over the brokers in id order (`--racks a,b,c` with 6 brokers: 2 per rack);
+    by default each broker has its own zone. Raises ValueError if two listeners or
+    routes would share an address."""
     if brokers < 1 or brokers > len(hosts):
         raise ValueError(f"brokers: expected 1..{len(hosts)}, got {brokers}")
+    rack_names = tuple(racks) if racks else RACKS
+    if any(not r.strip() for r in rack_names):
+        raise ValueError(f"racks: expected non-empty names, got {','.join(rack_names)!r}")
     ids = list(range(1, brokers + 1))
     controller = (controller_host, port_for(controller_host, 9093))
     specs: list[BrokerSpec] = []
@@ -260,7 +267,7 @@ def plan(data_dir: str, *, brokers: int = 3, hosts: list[str], controller_host: 
             internal = {f"INTERNAL_B{k}": (host, port_for(host, 9100 + k)) for k in ids}
         else:
             internal = {"INTERNAL": (host, port_for(host, 9101))}
-        specs.append(BrokerSpec(i, host, port_for(host, 9092), RACKS[(i - 1) % len(RACKS)], internal,
+        specs.append(BrokerSpec(i, host, port_for(host, 9092), rack_names[(i - 1) % len(rack_names)], internal,
                                 port_for(host, KAFKA_PORT), (host, port_for(host, 9404))))
     proxy_control: Addr | None = None
     if proxied:
@@ -272,7 +279,27 @@ def plan(data_dir: str, *, brokers: int = 3, hosts: list[str], controller_host: 
                     routes.append(Route(f"b{k}->b{b.node_id}", k, b.node_id,
                                         (b.host, port_for(b.host, 9200 + k)), b.internal[f"INTERNAL_B{k}"]))
         proxy_control = (controller_host, port_for(controller_host, 9199))
+    controller_metrics = (controller_host, port_for(controller_host, 9400))
+    _check_distinct(controller, specs, routes, proxy_control, controller_metrics)
     return ClusterLayout(data_dir, controller, tuple(specs), tuple(routes), proxy_control,
                          secret_file or f"{data_dir}/cluster.secret",
                          dict(broker_overrides or {}), dict(controller_overrides or {}),
-                         controller_metrics=(controller_host, port_for(controller_host, 9400)), tls=tls)
+                         controller_metrics=controller_metrics, tls=tls)
+
+
+def _check_distinct(controller: Addr, specs: list[BrokerSpec], routes: list[Route], proxy_control: Addr | None,
+                    controller_metrics: Addr | None) -> None:
+    named: list[tuple[str, Addr | None]] = [("controller", controller), ("controller metrics", controller_metrics),
+                                            ("proxy control", proxy_control)]
+    for b in specs:
+        named += [(b.name, (b.host, b.port)), (f"{b.name} KAFKA", (b.host, b.kafka_port) if b.kafka_port else None),
+                  (f"{b.name} metrics", b.metrics)]
+        named += [(f"{b.name} {n}", a) for n, a in b.internal.items()]
+    named += [(f"route {r.name}", r.listen) for r in routes]
+    seen: dict[Addr, str] = {}
+    for what, addr in named:
+        if addr is None:
+            continue
+        if addr in seen:
+            raise ValueError(f"{what} and {seen[addr]} would both listen on {addr[0]}:{addr[1]}")
+        seen[addr] = what

@@ -341,3 +341,20 @@ def test_both_payload_checks_accept_every_built_batch_and_refuse_every_truncatio
         assert scan(section, h.record_count) == want == h.max_timestamp
         with pytest.raises((KafkaError, ValueError)):
             scan(section[:cut], h.record_count)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=300), st.integers(0, 4), st.integers(1, 2**31 - 1), st.sampled_from(["raw", "xerial",
+                                                                                           "compressed"]))
+def test_any_records_section_under_any_codec_gets_a_verdict_and_never_another_exception(section, codec_id, count,
+                                                                                         how):
+    from aiokafka import codec as ak
+    if codec_id == 2 and how == "xerial":
+        section = b"\x82SNAPPY\x00" + b"\x00" * 8 + section
+    elif codec_id and how == "compressed":
+        section = [ak.gzip_encode, ak.snappy_encode, ak.lz4_encode, ak.zstd_encode][codec_id - 1](section)
+    b = encode_batch(section, record_count=count, first_timestamp=T, max_timestamp=T, attributes=codec_id)
+    try:
+        validate_batches(b, max_message_bytes=1 << 20)
+    except KafkaError as exc:
+        assert exc.code in (ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD)

@@ -66,13 +66,13 @@ INVALID_REQUEST (an empty record set).
 from __future__ import annotations
 
 import struct
-import time
 from typing import Any, NamedTuple
 from collections.abc import Iterable, Iterator, Sequence
 
 from aiokafka.record._crecords import DefaultRecordBatch, DefaultRecordBatchBuilder  # type: ignore[import-untyped]
 from crc32c import crc32c
 
+from minibroker import clock
 from minibroker import codec
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.record_check import check_records
@@ -206,7 +206,7 @@ def build_batch(
     `(str, bytes|None)` pairs. Records without a timestamp get `timestamp_ms`,
     or the current wall-clock time when that is None.
     """
-    default_ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+    default_ts = clock.now_ms() if timestamp_ms is None else timestamp_ms
     b = new_builder(compression, producer_id, producer_epoch, base_sequence)
     n = 0
     for item in records:

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any
 from collections.abc import Callable, Iterable, Mapping
 
+from minibroker import clock
 from minibroker.client.accumulator import RECORD_OVERHEAD, BufferFull, ProducerBatch, RecordAccumulator, record_size
 from minibroker.client.config import PRODUCER_DEFAULTS, client_config, parse_acks
 from minibroker.config import ConfigError
@@ -49,13 +49,10 @@ def encode(batch: ProducerBatch) -> bytes:
 log = logging.getLogger("minibroker.producer")
 
 
-_time = time.time
-
-
 def now_ms() -> int:
     """The producer's clock for linger, back-off and delivery timeouts: wall-clock ms,
     as Kafka's time.milliseconds() (record timestamps come from the same call)."""
-    return int(time.time() * 1000)
+    return clock.now_ms()
 
 
 class RecordFuture:
@@ -261,7 +258,7 @@ class Producer:
         if size > self.max_request_size:
             raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
                              f"record of {size} bytes is larger than max.request.size={self.max_request_size}")
-        now = int(_time() * 1000)
+        now = now_ms()
         tp = self._tps[topic][partition]
         while True:
             try:
@@ -270,7 +267,7 @@ class Producer:
                 break
             except BufferFull:
                 await self._wait_for_space()
-                now = int(_time() * 1000)
+                now = now_ms()
         if new_batch or full:
             self._wake.set()
         return RecordFuture(batch, index)

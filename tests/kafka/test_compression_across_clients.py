@@ -165,3 +165,21 @@ def test_minibrokers_compressed_batches_are_read_by_every_kafka_client(shared_cl
         if client == "kafka-python" and not kafka_python_has(name):
             continue
         assert read(shared_cluster, topic) == sent, client
+
+
+@pytest.mark.parametrize("name", CODECS)
+def test_kcats_compressed_batches_are_stored_as_they_came_and_minibroker_reads_them(shared_cluster, name):
+    import subprocess
+
+    from kafkatests import KCAT
+    if KCAT is None:
+        pytest.skip("kcat is not installed (Debian: apt-get install -y kcat)")
+    topic = f"zin-kcat-{name}"
+    create_topic(shared_cluster, topic)
+    sent = records(topic)
+    lines = "".join(f"{k.decode()}:{v.decode()}\n" for k, v in sent)
+    r = subprocess.run([KCAT, "-b", shared_cluster.kafka_bootstrap, "-P", "-t", topic, "-p", "0", "-K:", "-z", name,
+                        "-X", "acks=all"], input=lines, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert asyncio.run(read_with_minibroker(shared_cluster, topic)) == sent
+    assert stored_codecs(shared_cluster, topic) == {CODECS.index(name) + 1}

@@ -75,7 +75,7 @@ from crc32c import crc32c
 from minibroker import clock
 from minibroker import codec
 from minibroker.errors import ErrorCode, KafkaError
-from minibroker.record_check import check_records
+from minibroker.record_check import check_records, decompressed_limit
 
 MAGIC = 2
 HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -394,6 +394,7 @@ def validate_batches(buf: bytes | bytearray | memoryview, *,
     first_ts = max_ts = -1
     unpack = HEADER.unpack_from
     limit = (1 << 62) if max_message_bytes is None else max_message_bytes
+    budget = decompressed_limit(max_message_bytes)      # for all compressed batches of the payload together
     while pos < end:
         if end - pos < HEADER_SIZE:
             raise _corrupt(f"batch at byte {pos}: header needs {HEADER_SIZE} bytes, {end - pos} remain")
@@ -419,7 +420,8 @@ def validate_batches(buf: bytes | bytearray | memoryview, *,
                            f"with last offset delta {lod}")
         if crc32c(mv[pos + CRC_START: pos + size]) != crc:
             raise _corrupt(f"batch at byte {pos}: CRC32C mismatch")
-        check_records(mv[pos: pos + size], attrs, count, fts, mts, max_message_bytes, f"batch at byte {pos}")
+        budget -= check_records(mv[pos: pos + size], attrs, count, fts, mts, max_message_bytes,
+                                f"batch at byte {pos}", budget)
         headers.append(h)
         records += count
         offsets += lod + 1

@@ -358,3 +358,16 @@ def test_any_records_section_under_any_codec_gets_a_verdict_and_never_another_ex
         validate_batches(b, max_message_bytes=1 << 20)
     except KafkaError as exc:
         assert exc.code in (ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD)
+
+
+def test_the_decompression_bound_holds_for_all_the_batches_of_one_payload_together():
+    from aiokafka.codec import zstd_encode
+
+    from minibroker.record_check import decompressed_limit
+    limit = decompressed_limit(10_000)
+    one = encode_batch(zstd_encode(raw_record(0, 0, None, b"\x00" * (limit // 3))), record_count=1,
+                       first_timestamp=0, max_timestamp=0, attributes=4)
+    validate_batches(one * 2, max_message_bytes=10_000)                # two thirds of the bound: accepted
+    with pytest.raises(KafkaError, match="expand beyond") as ei:
+        validate_batches(one * 4, max_message_bytes=10_000)            # each fits, together they do not
+    assert ei.value.code == ErrorCode.INVALID_RECORD

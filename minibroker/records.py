@@ -506,6 +506,11 @@ def scan_headers(buf: bytes | bytearray | memoryview, *, verify_crc: bool = Fals
                             h.leader_epoch, h.size)
 
 
+def is_compressed(buf: bytes | bytearray | memoryview) -> bool:
+    """Whether the first batch of `buf` says its records are compressed (header bytes only)."""
+    return len(buf) > ATTRIBUTES_POS + 1 and bool(buf[ATTRIBUTES_POS + 1] & codec.CODEC_MASK)
+
+
 def batch_size_at(buf: bytes | bytearray | memoryview, position: int) -> int | None:
     """Total size of the batch starting at `position` from its length field,
     or None when fewer than LOG_OVERHEAD bytes remain."""

@@ -371,3 +371,10 @@ def test_the_decompression_bound_holds_for_all_the_batches_of_one_payload_togeth
     with pytest.raises(KafkaError, match="expand beyond") as ei:
         validate_batches(one * 4, max_message_bytes=10_000)            # each fits, together they do not
     assert ei.value.code == ErrorCode.INVALID_RECORD
+
+
+def test_is_compressed_reads_the_first_batchs_codec_bits_only():
+    from minibroker.records import is_compressed
+    assert is_compressed(build_batch([b"x" * 50], compression=4))
+    assert not is_compressed(build_batch([b"x"]))
+    assert not is_compressed(b"") and not is_compressed(b"\x00" * 22)

@@ -29,6 +29,7 @@ from minibroker.config import Config, ConfigError
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.events import Event, EventSink
 from minibroker.limits import clamp_batch_size, fetch_records_budget
+from minibroker.records import is_compressed
 from minibroker.metadata import NO_LEADER, BrokerRecord, PartitionRecord
 from minibroker.net.server import RequestContext
 from minibroker.protocol.api import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
@@ -489,8 +490,10 @@ class ReplicaManager:
             plist = []
             for p in t["partitions"]:
                 done += 1
-                if done % REQUEST_SLICE == 0:
-                    await asyncio.sleep(0)        # issue 10: no request holds the loop
+                if done % REQUEST_SLICE == 0 or is_compressed(p["records"]):
+                    # issue 10: no request holds the loop; a compressed batch's check may
+                    # decompress up to 16 x max.message.bytes, so each gets its own turn
+                    await asyncio.sleep(0)
                 entry = {"partition": p["partition"], "error": 0, "base_offset": -1,
                          "log_start_offset": -1, "message": ""}
                 plist.append(entry)

@@ -107,6 +107,16 @@ def test_produce_lines_then_consume_and_offsets(env):
     assert ok(r) == "alpha\nbeta\n"
 
 
+def test_produce_compression_codec_writes_compressed_batches_that_consume_reads_back(env):
+    ok(run(env, "topics", "create", "--topic", "zipped", "--partitions", "1", "--replication-factor", "3"))
+    lines = b"".join(b"line %d of a compressible text\n" % i for i in range(200))
+    ok(run(env, "produce", "--topic", "zipped", "--compression-codec", "zstd", input=lines))
+    ok(run(env, "produce", "--topic", "zipped", "--compression-type", "gzip", input=b"last\n"))
+    assert ok(run(env, "consume", "--topic", "zipped", "--from-beginning")).encode() == lines + b"last\n"
+    r = run(env, "produce", "--topic", "zipped", "--compression-codec", "brotli", input=b"x\n")
+    assert r.returncode == 2 and b"brotli" in r.stderr
+
+
 def test_produce_synthetic_load_reports_rate(env):
     ok(run(env, "topics", "create", "--topic", "load", "--partitions", "3", "--replication-factor", "3"))
     r = run(env, "produce", "--topic", "load", "--count", "20000", "--size", "100", "--no-progress")

@@ -20,8 +20,15 @@ DEFAULTS: dict[str, str] = {
     "listeners": "",
     "advertised.listeners": "",
     "inter.broker.listener.name": "",
+    "minibroker.kafka.listener.names": "KAFKA",   # listeners that speak Kafka's wire protocol
     "controller.quorum.bootstrap.servers": "127.0.0.1:9093",
     "socket.request.max.bytes": "104857600",
+    "connections.max.idle.ms": "600000",
+    "minibroker.connections.first.frame.timeout.ms": "10000",
+    "minibroker.max.inflight.requests.per.connection": "8",
+    "minibroker.max.partitions.per.request": "10000",
+    "minibroker.max.partitions.per.broker": "6000",
+    "minibroker.tail.cache.max.bytes": "67108864",
     # No built-in secret: a process without one refuses to start (minibroker.net.credentials).
     "minibroker.cluster.secret": "",
     "minibroker.cluster.secret.file": "",
@@ -40,6 +47,7 @@ DEFAULTS: dict[str, str] = {
     "minibroker.log.level": "INFO",
     "minibroker.controlled.shutdown.timeout.ms": "30000",
     "minibroker.metadata.fetch.max.wait.ms": "500",
+    "metrics.listener": "",                   # HOST:PORT serving GET /metrics (Prometheus); empty = off
     # storage
     "log.dirs": "/tmp/minibroker-logs",
     "metadata.log.dir": "/tmp/minibroker-controller",
@@ -67,6 +75,7 @@ DEFAULTS: dict[str, str] = {
     "unclean.leader.election.enable": "false",
     "default.replication.factor": "1",
     "num.partitions": "1",
+    "auto.create.topics.enable": "true",     # Kafka listener only: Metadata creates unknown topics
     # controller
     "broker.heartbeat.interval.ms": "2000",
     "broker.session.timeout.ms": "9000",

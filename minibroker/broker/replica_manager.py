@@ -21,16 +21,17 @@ import logging
 from typing import Any
 from collections.abc import Callable, Iterable
 
-from minibroker.broker.clock import now_ms as wall_now_ms
+from minibroker.clock import now_ms as wall_now_ms
 from minibroker.broker.fetcher import FetcherManager, FetcherSettings
 from minibroker.broker.partition import FOLLOWER, LEADER, NONE, Partition, ReadResult
 from minibroker.broker.purgatory import DelayedFetch, DelayedProduce, FetchPurgatory
 from minibroker.config import Config, ConfigError
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.events import Event, EventSink
+from minibroker.limits import clamp_batch_size, fetch_records_budget
 from minibroker.metadata import NO_LEADER, BrokerRecord, PartitionRecord
 from minibroker.net.server import RequestContext
-from minibroker.protocol.api import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from minibroker.protocol.api import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 from minibroker.replication import Decision, PartitionLeader, profile_by_name
 from minibroker.storage import LogConfig
 from minibroker.storage.log_config import PROPERTY_NAMES
@@ -93,6 +94,7 @@ class ReplicaManager:
                                        broker_epoch=broker_epoch, hooks=self, sink=events, clock=clock)
         self._partitions: dict[PartitionKey, Partition] = {}
         self._log_configs: dict[tuple, LogConfig] = {}
+        self.max_frame_bytes = config.get_int("socket.request.max.bytes")
         self._base_log_config = self._broker_log_config()
         self._flushing: dict[PartitionKey, asyncio.Future] = {}
         self._tasks: set[asyncio.Task] = set()
@@ -176,6 +178,14 @@ class ReplicaManager:
         gone = [p for k, p in self._partitions.items() if k[0] not in self.image.topics]
         for part in gone:
             self._stop_replica(part, now_ms, f"topic {part.topic} deleted", delete=True)
+
+    def on_configs_changed(self, now_ms: int) -> None:
+        """Triggered when metadata changed a topic's or a broker's dynamic configs: every
+        leader here takes its topic's effective min.insync.replicas at once."""
+        for part in self._partitions.values():
+            core = part.core
+            if core is not None:
+                self._apply(part, core.on_min_isr_changed(self._min_isr(part.topic), now_ms), now_ms)
 
     def on_partitions_removed(self, partitions: list[PartitionRecord], now_ms: int) -> None:
         """Triggered when metadata removed a topic: stop and delete its replicas."""
@@ -286,7 +296,7 @@ class ReplicaManager:
         props = {k: self.config.get(k) for k in PROPERTY_NAMES
                  if k.startswith(("log.", "message.")) and k in self.config.as_dict()}
         try:
-            return LogConfig.from_properties(props)
+            return clamp_batch_size(LogConfig.from_properties(props), self.max_frame_bytes)
         except KafkaError as exc:
             raise ConfigError(f"log configuration: {exc.message}") from None
 
@@ -296,7 +306,8 @@ class ReplicaManager:
         cfg = self._log_configs.get(overrides)
         if cfg is None:
             try:
-                cfg = LogConfig.from_properties(dict(overrides), base=self._base_log_config)
+                cfg = clamp_batch_size(LogConfig.from_properties(dict(overrides), base=self._base_log_config),
+                                       self.max_frame_bytes)
             except KafkaError as exc:
                 log.warning("topic %s: bad log config (%s); using broker defaults", topic, exc.message)
                 cfg = self._base_log_config
@@ -472,10 +483,14 @@ class ReplicaManager:
         flushes: list[tuple[Partition, int, dict]] = []
         failed = False
         topics_out = []
+        done = 0
         for t in body["topics"]:
             topic = t["topic"]
             plist = []
             for p in t["partitions"]:
+                done += 1
+                if done % REQUEST_SLICE == 0:
+                    await asyncio.sleep(0)        # issue 10: no request holds the loop
                 entry = {"partition": p["partition"], "error": 0, "base_offset": -1,
                          "log_start_offset": -1, "message": ""}
                 plist.append(entry)
@@ -574,8 +589,8 @@ class ReplicaManager:
             raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                              f"Fetch as replica {replica_id} needs an authenticated inter-broker connection")
         now = self.clock()
-        requests = [(t["topic"], p) for t in body["topics"] for p in t["partitions"]]
-        results, total, respond_now = self._read_all(requests, body, now, initial=True)
+        requests = _dedupe_fetch_entries(body["topics"])
+        results, total, respond_now = await self._read_all(requests, body, now, initial=True)
         if (respond_now or body["max_wait_ms"] <= 0 or not requests or total >= body["min_bytes"]):
             return self._fetch_response(requests, results)
         op = DelayedFetch([(t, p["partition"]) for t, p in requests], body["min_bytes"] - total,
@@ -585,18 +600,27 @@ class ReplicaManager:
             await op.wait(body["max_wait_ms"])
         finally:
             self.purgatory.close(op)
-        results, _, _ = self._read_all(requests, body, self.clock(), initial=False)
+        results, _, _ = await self._read_all(requests, body, self.clock(), initial=False)
         return self._fetch_response(requests, results)
 
-    def _read_all(self, requests: list[tuple[str, dict]], body: dict, now: int,
-                  initial: bool) -> tuple[list[ReadResult], int, bool]:
-        budget = body["max_bytes"]
+    async def _read_all(self, requests: list[tuple[str, dict]], body: dict, now: int,
+                        initial: bool) -> tuple[list[ReadResult], int, bool]:
+        """Read every partition, yielding to the loop every REQUEST_SLICE of them.
+        The response never exceeds the frame limit: max_bytes is capped to the
+        room the frame leaves, and the KIP-74 first batch is dropped if even it
+        cannot fit beside the other entries."""
+        budget = fetch_records_budget(body["max_bytes"], self.max_frame_bytes, len(requests))
+        room = fetch_records_budget(self.max_frame_bytes, self.max_frame_bytes, len(requests))
         total = 0
         respond_now = False
         results = []
-        for topic, p in requests:
-            max_bytes = min(p["partition_max_bytes"], budget - total)
+        for i, (topic, p) in enumerate(requests):
+            if i and i % REQUEST_SLICE == 0:
+                await asyncio.sleep(0)
+            max_bytes = min(max(p["partition_max_bytes"], 0), budget - total)
             r = self._read_partition(topic, p, body, now, max(max_bytes, 0), total == 0, initial)
+            if total + len(r.records) > room:
+                r.records = b""
             total += len(r.records)
             if r.error or r.diverging_epoch is not None or r.preferred_read_replica >= 0:
                 respond_now = True
@@ -712,12 +736,42 @@ class ReplicaManager:
             raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                              f"ListOffsets as replica {replica_id} needs an authenticated connection")
         out = []
+        done = 0
         for t in body["topics"]:
             plist = []
             for p in t["partitions"]:
-                plist.append(self._list_offset(t["topic"], p, replica_id))
+                done += 1
+                if done % REQUEST_SLICE == 0:
+                    await asyncio.sleep(0)
+                entry = self._list_offset(t["topic"], p, replica_id)
+                if entry.pop("by_time", False):
+                    entry = await self._list_offset_by_time(t["topic"], p, entry)
+                plist.append(entry)
             out.append({"topic": t["topic"], "partitions": plist})
         return {"topics": out}
+
+    async def _list_offset_by_time(self, topic: str, p: dict, entry: dict) -> dict:
+        """A timestamp >= 0 or MAX_TIMESTAMP, looked up in the log below the HW off the loop;
+        no match answers offset -1, as Kafka."""
+        part = self._partitions.get((topic, p["partition"]))
+        if part is None or part.core is None:
+            entry["error"] = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            return entry
+        ts, hw = p["timestamp"], part.core.hw
+        try:
+            if ts == MAX_TIMESTAMP:
+                found = await asyncio.to_thread(part.log.offset_of_max_timestamp, hw)
+            else:
+                found = await asyncio.to_thread(part.log.offset_for_timestamp, ts, hw)
+        except (OSError, ValueError) as exc:
+            entry["error"] = int(ErrorCode.KAFKA_STORAGE_ERROR)
+            entry["message"] = f"timestamp lookup failed: {exc}"
+            return entry
+        if found is not None:
+            entry["offset"], entry["timestamp"] = found
+            epoch = part.log.epoch_cache.epoch_for_offset(found[0])
+            entry["leader_epoch"] = -1 if epoch is None else epoch
+        return entry
 
     def _list_offset(self, topic: str, p: dict, replica_id: int) -> dict:
         entry: dict[str, Any] = {"partition": p["partition"], "error": 0, "offset": -1,
@@ -749,9 +803,11 @@ class ReplicaManager:
             else:
                 entry["offset"] = core.hw
             entry["leader_epoch"] = core.leader_epoch
+        elif ts >= 0 or ts == MAX_TIMESTAMP:
+            entry["by_time"] = True
         else:
             entry["error"] = int(ErrorCode.INVALID_REQUEST)
-            entry["message"] = f"timestamp {ts}: only -1 (latest) and -2 (earliest) are supported"
+            entry["message"] = f"timestamp {ts}: expected -1 (latest), -2 (earliest), -3 (max timestamp) or >= 0"
         return entry
 
     # ================================================================ status
@@ -789,9 +845,7 @@ class ReplicaManager:
                     "replicas": [{"broker_id": r, "leo": part.leo if r == self.node_id else -1,
                                   "last_caught_up_ms_ago": None, "last_fetch_ms_ago": None,
                                   "in_isr": r in part.isr, "caught_up": None} for r in part.replicas],
-                    "fetch_state": None if st is None else {
-                        "leader": part.leader_id, "leader_epoch": st.leader_epoch, "failed": st.failed,
-                        "backing_off": st.backoff_until_ms > now, "last_error": st.last_error},
+                    "fetch_state": None if st is None else st.core.status(now),
                 })
             out.append(entry)
         return {"node_id": self.node_id, "partitions": out}
@@ -817,3 +871,18 @@ class ReplicaManager:
 
     def partition(self, topic: str, partition: int) -> Partition | None:
         return self._partitions.get((topic, partition))
+
+
+# Entries of one request handled between two yields to the event loop.
+REQUEST_SLICE = 256
+
+
+def _dedupe_fetch_entries(topics: list[dict]) -> list[tuple[str, dict]]:
+    """A partition named twice is fetched once, as Kafka's FetchRequest map
+    keeps one entry per partition (the first position, the last entry's fields)."""
+    out: dict[tuple[str, int], tuple[str, dict]] = {}
+    for t in topics:
+        topic = t["topic"]
+        for p in t["partitions"]:
+            out[(topic, p["partition"])] = (topic, p)
+    return list(out.values())

@@ -6,15 +6,16 @@ import asyncio
 import functools
 import json
 import os
+import socket
 import sys
 from typing import Any, TypeVar
 from collections.abc import Awaitable, Callable
 
 import click
 
-from minibroker.client.config import COMMAND_CONFIG_ENV, command_config
+from minibroker.client.config import COMMAND_CONFIG_ENV, command_config, parse_bootstrap
 from minibroker.config import ConfigError
-from minibroker.errors import KafkaError
+from minibroker.errors import ErrorCode, KafkaError
 from minibroker.testing.cluster import ClusterError, default_data_dir, state_path
 
 T = TypeVar("T")
@@ -39,6 +40,35 @@ def resolve_bootstrap(explicit: str | None) -> str:
     layout = state.get("layout") or {}
     if layout.get("tls") and not os.environ.get(COMMAND_CONFIG_ENV):
         os.environ[COMMAND_CONFIG_ENV] = os.path.join(layout.get("data_dir", ""), "tls", "client.properties")
+    return bootstrap
+
+
+BOOTSTRAP_CONNECT_TIMEOUT_S = 2.0
+
+
+def reachable_bootstrap(explicit: str | None) -> str:
+    """`resolve_bootstrap`, failing fast (KafkaError NETWORK_EXCEPTION naming each address and
+    why, e.g. "Connection refused") when no bootstrap address accepts a TCP connection within
+    BOOTSTRAP_CONNECT_TIMEOUT_S. Without it a client keeps reconnecting until its API timeout."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    bootstrap = resolve_bootstrap(explicit)
+    try:
+        addrs = parse_bootstrap(bootstrap)
+    except ConfigError as exc:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"bootstrap servers {bootstrap!r}: {exc}") from None
+
+    def probe(addr: tuple[str, int]) -> str | None:
+        try:
+            socket.create_connection(addr, timeout=BOOTSTRAP_CONNECT_TIMEOUT_S).close()
+            return None
+        except OSError as exc:
+            return f"{addr[0]}:{addr[1]}: {exc.strerror or exc or 'timed out'}"
+    with ThreadPoolExecutor(max_workers=min(8, len(addrs) or 1)) as pool:
+        errors = list(pool.map(probe, addrs))
+    if addrs and all(errors):
+        raise KafkaError(ErrorCode.NETWORK_EXCEPTION, "cannot connect to any bootstrap server ("
+                         + "; ".join(e for e in errors if e) + ")")
     return bootstrap
 
 
@@ -91,11 +121,13 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def parse_kv(pairs: tuple[str, ...], what: str) -> dict[str, str]:
+def parse_kv(pairs: tuple[str, ...], what: str, *, strip_values: bool = True) -> dict[str, str]:
+    """KEY=VALUE pairs; `strip_values=False` keeps a value's spaces, as Kafka's
+    parseKeyValueArgs does for --property (key.separator=' | ')."""
     out: dict[str, str] = {}
     for p in pairs:
         if "=" not in p:
             raise click.BadParameter(f"{p!r}: expected key=value", param_hint=what)
         k, v = p.split("=", 1)
-        out[k.strip()] = v.strip()
+        out[k.strip()] = v.strip() if strip_values else v
     return out

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from typing import Any
 from collections.abc import Callable
 
+from minibroker import clock
 from minibroker.client.config import parse_bootstrap
 from minibroker.client.metadata import MetadataCache
 from minibroker.client.retry import Backoff
@@ -44,7 +44,7 @@ def _rotated(xs: list[Address], k: int) -> list[Address]:
 
 
 def now_ms() -> int:
-    return int(time.monotonic() * 1000)
+    return clock.monotonic_ms()
 
 
 class ClientNetwork:

@@ -77,7 +77,9 @@ class Connection:
             try:
                 await authenticate(conn, client_id, secret, int(timeout_s * 1000))
             except BaseException:
+                # Every failed attempt (a timeout, a refusal, a cancellation) closes its socket.
                 conn.close()
+                transport.abort()
                 raise
         return conn
 

@@ -28,6 +28,7 @@ recovery. The one thing a crash can lose is an election-time entry with no
 data after it, which Kafka's truncation rules make harmless.
 
 Events (`kind`, reason): `truncation` (extra `side`: "end" for truncate_to,
+"epochs" for a truncate_to at or above the LEO that only dropped epoch entries,
 "full" for truncate_fully_and_start_at, "start" for log-start moves and
 segment deletion) and `recovery` (on opening an existing log).
 """
@@ -36,10 +37,10 @@ from __future__ import annotations
 import bisect
 import os
 import threading
-import time
 from typing import NamedTuple
 from collections.abc import Callable
 
+from minibroker import clock
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.events import Event, EventSink, discard
 from minibroker.records import (
@@ -74,7 +75,7 @@ class UnexpectedAppendOffset(KafkaError):
 
 
 def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
+    return clock.now_ms()
 
 
 def _partition_name(directory: str) -> str:
@@ -125,6 +126,9 @@ class PartitionLog:
         now = self._clock()
         for seg in self._segments:
             seg.created_ms = min(seg.created_ms, now)
+            seg.release_fds()           # reopened on first use: an idle replica holds no fds
+        # The inactive segment a read last opened; released when another one is read.
+        self._open_inactive: LogSegment | None = None
         self.load_info: LoadInfo = loaded.info
         info = loaded.info
         if info.segments_loaded == 0:
@@ -332,6 +336,7 @@ class PartitionLog:
     def _roll_locked(self) -> None:
         active = self._segments[-1]
         active.on_become_inactive()
+        active.release_fds()
         new = LogSegment.create(self.directory, active.next_offset, self.config.index_interval_bytes)
         new.created_ms = self._clock()
         self._segments.append(new)
@@ -349,6 +354,39 @@ class PartitionLog:
 
     def _segment_index_for(self, offset: int) -> int:
         return max(bisect.bisect_right(self._bases, offset) - 1, 0)
+
+    def offset_for_timestamp(self, timestamp: int, upper_bound_offset: int) -> tuple[int, int] | None:
+        """ListOffsets by time (KIP-79) at batch granularity: (offset, max timestamp) of the first
+        batch below `upper_bound_offset` whose max timestamp >= `timestamp` (its base offset, or
+        the log start if higher), or None. Blocking reads: call off the event loop."""
+        with self._lock:
+            segments = list(self._segments)
+        for seg in segments:
+            if seg.max_timestamp < timestamp:
+                continue
+            for h in seg._walk(0, seg.size):
+                if h.base_offset >= upper_bound_offset:
+                    return None
+                if h.last_offset >= self._log_start_offset and h.max_timestamp >= timestamp:
+                    return max(h.base_offset, self._log_start_offset), h.max_timestamp
+        return None
+
+    def offset_of_max_timestamp(self, upper_bound_offset: int) -> tuple[int, int] | None:
+        """ListOffsets MAX_TIMESTAMP (-3, KIP-734) at batch granularity: (last offset, timestamp) of
+        the first batch below `upper_bound_offset` with the largest max timestamp, or None if empty.
+        Blocking reads: call off the event loop."""
+        with self._lock:
+            segments = list(self._segments)
+        best: tuple[int, int] | None = None
+        for seg in segments:
+            if seg.size == 0 or (best is not None and seg.max_timestamp <= best[1]):
+                continue
+            for h in seg._walk(0, seg.size):
+                if h.last_offset >= upper_bound_offset:
+                    break
+                if h.last_offset >= self._log_start_offset and (best is None or h.max_timestamp > best[1]):
+                    best = (h.last_offset, h.max_timestamp)
+        return best
 
     def read(self, fetch_offset: int, max_bytes: int, upper_bound_offset: int | None = None, *,
              min_one_batch: bool = True) -> bytes:
@@ -396,11 +434,22 @@ class PartitionLog:
                 return b""
             position = found.position
         data, end, next_offset = seg.read(position, max_bytes, upper, min_one_batch)
+        if seg is not self._segments[-1] and seg is not self._open_inactive:
+            self._note_inactive_read(seg)
         if data:
             if len(self._read_hints) >= _MAX_READ_HINTS:
                 self._read_hints.clear()
             self._read_hints[next_offset] = (seg, end)
         return data
+
+    def _note_inactive_read(self, seg: LogSegment) -> None:
+        """At most one inactive segment per log keeps its files open after a
+        read (sequential readers of old data reuse it); the previous one is
+        released, under the lock that flush() takes to duplicate fds."""
+        with self._lock:
+            prev, self._open_inactive = self._open_inactive, seg
+            if prev is not None and prev is not self._segments[-1]:
+                prev.release_fds()
 
     def batch_containing(self, offset: int) -> tuple[int, int, int] | None:
         """(base offset, last offset, leader epoch) of the batch holding `offset`."""
@@ -421,11 +470,24 @@ class PartitionLog:
         log ends at that batch's base offset. Trims the epoch cache from the
         end and lowers the recovery point. Returns the new LEO (which may be
         below `offset`; the caller clamps its HW to it). No-op at or above
-        the LEO. Emits a `truncation` event."""
+        the LEO for the data, but not for the epoch cache: entries starting
+        at or above the LEO are still dropped (E4, Kafka's `truncateTo`),
+        because this broker may have led an epoch and appended nothing in it
+        before another leader was elected; keeping that entry makes every
+        later divergence answer look new (issue 9's livelock). Emits a
+        `truncation` event whenever the log or the epoch cache changed."""
         if offset < 0:
             raise ValueError(f"cannot truncate to negative offset {offset}")
         before = self.log_end_offset
         if offset >= before:
+            with self._lock:
+                stale = self.epoch_cache.truncate_from_end(before)
+            if stale:
+                self._emit("truncation", before, before,
+                           f"{reason}; dropped epoch entries {stale} starting at or after the LEO "
+                           "(an epoch led here without appends)",
+                           side="epochs", requested_offset=offset, segments_deleted=[],
+                           epoch_entries_removed=[list(e) for e in stale])
             return before
         if offset < self._segments[0].base_offset:
             self.truncate_fully_and_start_at(offset, reason=reason)
@@ -586,6 +648,8 @@ class PartitionLog:
                     if (not seg.empty and seg.next_offset > self._recovery_point
                             and seg.base_offset < target):
                         fds.extend(seg.dup_fds())
+                        if seg is not self._segments[-1] and seg is not self._open_inactive:
+                            seg.release_fds()
                 dir_dirty, self._dir_dirty = self._dir_dirty, False
                 generation = self._truncations
             try:

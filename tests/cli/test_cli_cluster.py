@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from cli_process import cli_cluster, ok, run
 
 from minibroker.testing import wait
 from minibroker.testing.cluster import LocalCluster
@@ -17,16 +18,6 @@ pytestmark = pytest.mark.cluster
 until = functools.partial(wait.until_sync, timeout_s=30, interval_s=0.1)
 
 
-def run(env, *args, input=None, timeout=90):
-    return subprocess.run([sys.executable, "-m", "minibroker.cli", *args], input=input, env=env,
-                          capture_output=True, timeout=timeout)
-
-
-def ok(r):
-    assert r.returncode == 0, (r.stdout.decode(), r.stderr.decode())
-    return r.stdout.decode()
-
-
 def isr_of(env, topic):
     m = re.search(r"\tIsr: ([\d,]*)\t", ok(run(env, "topics", "describe", "--topic", topic)))
     return {int(x) for x in m.group(1).split(",") if x}
@@ -34,20 +25,8 @@ def isr_of(env, topic):
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    home = str(tmp_path_factory.mktemp("cli") / "home")
-    e = {k: v for k, v in os.environ.items() if not k.startswith("MINIBROKER_")}
-    e["MINIBROKER_HOME"] = home
-    r = run(e, "cluster", "up", "--random-ports", "--fast")
-    out = ok(r)
-    e["_UP_OUTPUT"] = out
-    yield e
-    try:
-        run(e, "cluster", "down", "--timeout", "5", timeout=60)
-    finally:
-        try:
-            LocalCluster.load(home).destroy()
-        except Exception:
-            pass
+    with cli_cluster(str(tmp_path_factory.mktemp("cli") / "home"), "--random-ports", "--fast") as e:
+        yield e
 
 
 def cluster_of(env):

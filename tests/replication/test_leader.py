@@ -897,3 +897,25 @@ def test_timed_out_waiters_do_not_pile_up_while_the_hw_is_stuck(profile: Profile
     assert lead.waiting == 1 and len(lead._waiters) <= 2 + 64 + 1
     fetch(lead, 2, 1, 1)
     assert fetch(lead, 3, 1, 2).completed == [(tokens[-1], ErrorCode.NONE)]
+
+
+@BOTH
+def test_a_fetch_below_a_log_start_moved_by_retention_is_out_of_range_and_not_recorded(profile):
+    lead = make(profile, leo=10, hw=10)
+    assert lead.fetch_offset_error(0) == ErrorCode.NONE and lead.fetch_offset_error(11) == ErrorCode.OFFSET_OUT_OF_RANGE
+    lead.on_log_start_offset(4)
+    before = lead.followers[2]
+    assert lead.fetch_offset_error(3) == ErrorCode.OFFSET_OUT_OF_RANGE
+    assert lead.on_follower_fetch(2, 3, 5).error == ErrorCode.OFFSET_OUT_OF_RANGE
+    assert lead.followers[2] == before and lead.log_start_offset == 4
+    lead.on_log_start_offset(2)                      # never backwards
+    assert lead.log_start_offset == 4
+    with pytest.raises(ValueError):
+        lead.on_log_start_offset(11)
+
+
+@BOTH
+def test_the_leaders_own_broker_epoch_in_an_isr_proposal_is_the_current_registration(profile):
+    lead = make(profile)
+    assert lead.isr_with_broker_epochs([1, 2], 42)[0] == (1, 42)
+    assert lead.isr_with_broker_epochs([1, 2])[0] == (1, lead.broker_epoch)

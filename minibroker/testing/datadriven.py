@@ -24,9 +24,29 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 REWRITE_ENV = "MINIBROKER_REWRITE"
 SEPARATOR = "----"
+
+
+def ids(xs: Any) -> str:
+    """`[1,2,3]`: a list of ids as the scenario files print it."""
+    return "[" + ",".join(str(x) for x in xs) + "]"
+
+
+def value(v: Any) -> str:
+    """A before/after value of an event: lists as `ids`, dicts as `{k=v ...}`."""
+    if isinstance(v, (list, tuple)):
+        return ids(v)
+    if isinstance(v, dict):
+        return "{" + " ".join(f"{k}={value(x)}" for k, x in v.items()) + "}"
+    return str(v)
+
+
+def event_line(e: Any) -> str:
+    """One `minibroker.events.Event` as a scenario output line."""
+    return f"event {e.kind} {value(e.before)} -> {value(e.after)}: {e.reason}"
 
 
 class ScenarioError(Exception):
@@ -43,14 +63,14 @@ class Command:
     def has(self, key: str) -> bool:
         return key in self.args
 
-    def str(self, key: str, default: str | None = None) -> str:
+    def text(self, key: str, default: str | None = None) -> str:
         if key in self.args:
             return self.args[key]
         if default is None:
             raise ScenarioError(f"{self.where}: `{self.name}` needs {key}=")
         return default
 
-    def int(self, key: str, default: int | None = None) -> int:
+    def num(self, key: str, default: int | None = None) -> int:
         if key not in self.args:
             if default is None:
                 raise ScenarioError(f"{self.where}: `{self.name}` needs {key}=")
@@ -60,16 +80,16 @@ class Command:
         except ValueError:
             raise ScenarioError(f"{self.where}: {key}={self.args[key]!r} is not an integer") from None
 
-    def ints(self, key: str, default: list[int] | None = None) -> list[int]:
+    def nums(self, key: str, default: list[int] | None = None) -> list[int]:
         """A comma-separated list (`-` or empty for none)."""
-        raw = self.str(key, None if default is None else ",".join(map(str, default)))
+        raw = self.text(key, None if default is None else ",".join(map(str, default)))
         if raw in ("", "-"):
             return []
         return [int(x) for x in raw.split(",")]
 
     def pairs(self, key: str) -> list[tuple[int, int]]:
         """`a:b,c:d` -> [(a, b), (c, d)] (`-` or empty for none)."""
-        raw = self.str(key, "")
+        raw = self.text(key, "")
         if raw in ("", "-"):
             return []
         out = []
@@ -78,7 +98,7 @@ class Command:
             out.append((int(a), int(b)))
         return out
 
-    def bool(self, key: str, default: bool = False) -> bool:
+    def flag(self, key: str, default: bool = False) -> bool:
         if key not in self.args:
             return default
         return self.args[key] in ("", "true", "yes", "1")

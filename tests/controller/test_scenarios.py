@@ -21,24 +21,12 @@ import pytest
 from minibroker.controller.state import Outcome
 from minibroker.errors import error_name
 from minibroker.metadata import BrokerRecord, PartitionRecord, RemoveTopicRecord, TopicRecord
-from minibroker.testing.datadriven import Command, ScenarioError, run_file
+from minibroker.testing.datadriven import Command, ScenarioError, event_line, ids, run_file, value
 
 from .harness import Harness
 
 HERE = os.path.join(os.path.dirname(__file__), "testdata")
 ELECTION = {"preferred": 0, "unclean": 1}
-
-
-def _ids(xs: Any) -> str:
-    return "[" + ",".join(str(x) for x in xs) + "]"
-
-
-def _value(v: Any) -> str:
-    if isinstance(v, (list, tuple)):
-        return _ids(v)
-    if isinstance(v, dict):
-        return "{" + " ".join(f"{k}={_value(x)}" for k, x in v.items()) + "}"
-    return str(v)
 
 
 def record_line(rec: Any) -> str:
@@ -56,13 +44,13 @@ def record_line(rec: Any) -> str:
 
 def partition_line(p: PartitionRecord, prefix: str = "partition") -> str:
     return (f"{prefix} {p.name} leader={p.leader} le={p.leader_epoch} pe={p.partition_epoch} "
-            f"replicas={_ids(p.replicas)} isr={_ids(p.isr)} elr={_ids(p.elr)}"
+            f"replicas={ids(p.replicas)} isr={ids(p.isr)} elr={ids(p.elr)}"
             + (f" ({p.reason})" if p.reason else ""))
 
 
 def outcome_lines(out: Outcome, response: bool = True) -> list[str]:
     lines = [record_line(r) for _, r in out.records]
-    lines += [f"event {e.kind} {_value(e.before)} -> {_value(e.after)}: {e.reason}" for e in out.events]
+    lines += [event_line(e) for e in out.events]
     if response and out.response.get("error", 0):
         lines.append(f"response error={error_name(out.response['error'])} {out.response.get('message', '')}".rstrip())
     return lines
@@ -77,51 +65,51 @@ class ControllerScenario:
         if c.name == "start":
             racks = dict(c.pairs("racks"))
             before = len(h.log)
-            h.start(*c.ints("brokers"), racks={b: f"rack-{r}" for b, r in racks.items()})
+            h.start(*c.nums("brokers"), racks={b: f"rack-{r}" for b, r in racks.items()})
             return "\n".join(line for o in h.log[before:] for line in outcome_lines(o))
         if c.name == "register":
-            return "\n".join(outcome_lines(h.register(c.int("broker"), incarnation=c.str("incarnation", "") or None)))
+            return "\n".join(outcome_lines(h.register(c.num("broker"), incarnation=c.text("incarnation", "") or None)))
         if c.name == "heartbeat":
-            kw: dict[str, Any] = {"want_fence": c.bool("want-fence"), "want_shut_down": c.bool("want-shutdown")}
-            out = h.heartbeat(c.int("broker"), offset=c.int("offset") if c.has("offset") else None, **kw)
+            kw: dict[str, Any] = {"want_fence": c.flag("want-fence"), "want_shut_down": c.flag("want-shutdown")}
+            out = h.heartbeat(c.num("broker"), offset=c.num("offset") if c.has("offset") else None, **kw)
             r = out.response
             return "\n".join([*outcome_lines(out, response=False),
                               f"response error={error_name(r.get('error', 0))} fenced={r.get('is_fenced')} "
                               f"caught-up={r.get('is_caught_up')} shut-down={r.get('should_shut_down')}"])
         if c.name == "advance":
-            h.advance(c.int("ms"))
+            h.advance(c.num("ms"))
             return f"now {h.now}"
         if c.name == "beat-all":
-            h.beat_all(*c.ints("except", []))
+            h.beat_all(*c.nums("except", []))
             return "ok"
         if c.name == "tick":
             return "\n".join(line for o in h.tick() for line in outcome_lines(o)) or "nothing due"
         if c.name == "create":
-            assignment = [[int(x) for x in part.split(",")] for part in c.str("assignment").split("/")]
+            assignment = [[int(x) for x in part.split(",")] for part in c.text("assignment").split("/")]
             configs = {}
             if c.has("min-isr"):
-                configs["min.insync.replicas"] = c.str("min-isr")
+                configs["min.insync.replicas"] = c.text("min-isr")
             if c.has("unclean"):
                 configs["unclean.leader.election.enable"] = "true"
-            out = h.create(c.str("topic"), assignment, configs)
+            out = h.create(c.text("topic"), assignment, configs)
             return "\n".join(outcome_lines(out))
         if c.name == "alter":
-            kw = {k: c.int(k) for k in ("le", "pe") if c.has(k)}
-            res = h.alter(c.int("broker"), c.ints("isr"), c.str("topic", "t"), c.int("partition", 0), **kw)
+            kw = {k: c.num(k) for k in ("le", "pe") if c.has(k)}
+            res = h.alter(c.num("broker"), c.nums("isr"), c.text("topic", "t"), c.num("partition", 0), **kw)
             out = h.log[-1]
             return "\n".join([*outcome_lines(out, response=False),
-                              f"response error={error_name(res.get('error', 0))} isr={_ids(res.get('isr', []))} "
+                              f"response error={error_name(res.get('error', 0))} isr={ids(res.get('isr', []))} "
                               f"pe={res.get('partition_epoch')} le={res.get('leader_epoch')}"])
         if c.name == "elect":
             topics = None
             if c.has("topic"):
-                topics = [{"topic": c.str("topic"), "partitions": [c.int("partition", 0)]}]
-            out = h._keep(h.state.elect_leaders(h.now, ELECTION[c.str("type")], topics))
+                topics = [{"topic": c.text("topic"), "partitions": [c.num("partition", 0)]}]
+            out = h._keep(h.state.elect_leaders(h.now, ELECTION[c.text("type")], topics))
             results = [f"result {t['topic']}-{p['partition']} error={error_name(p['error'])}"
                        for t in out.response.get("results", []) for p in t.get("partitions", [])]
             return "\n".join([*outcome_lines(out), *results])
         if c.name == "partition":
-            return partition_line(h.p(c.str("topic", "t"), c.int("p", 0)))
+            return partition_line(h.p(c.text("topic", "t"), c.num("p", 0)))
         raise ScenarioError(f"{c.where}: unknown controller command {c.name}")
 
 

@@ -28,25 +28,9 @@ from minibroker.events import Event
 from minibroker.replication.follower_core import FetchAnswer, LogView, PartitionFollower
 from minibroker.replication.leader import Decision, PartitionLeader
 from minibroker.replication.profile import profile_by_name
-from minibroker.testing.datadriven import Command, ScenarioError, run_file
+from minibroker.testing.datadriven import Command, ScenarioError, event_line, ids, run_file, value
 
 HERE = os.path.join(os.path.dirname(__file__), "testdata")
-
-
-def _ids(xs: Any) -> str:
-    return "[" + ",".join(str(x) for x in xs) + "]"
-
-
-def _value(v: Any) -> str:
-    if isinstance(v, (list, tuple)):
-        return _ids(v)
-    if isinstance(v, dict):
-        return "{" + " ".join(f"{k}={_value(x)}" for k, x in v.items()) + "}"
-    return str(v)
-
-
-def event_line(e: Event) -> str:
-    return f"event {e.kind} {_value(e.before)} -> {_value(e.after)}: {e.reason}"
 
 
 def _code(name: str) -> int:
@@ -67,39 +51,39 @@ class LeaderScenario:
 
     def run(self, c: Command) -> str:
         if c.name == "new":
-            replicas = c.ints("replicas")
+            replicas = c.nums("replicas")
             self.lead = PartitionLeader(
-                "t-0", replicas, replicas[0], leader_epoch=c.int("epoch", 0), partition_epoch=c.int("pe", 0),
-                isr=c.ints("isr", replicas), leo=c.int("leo", 0), hw=c.int("hw", 0), lag_max_ms=c.int("lag", 100),
-                min_isr=c.int("min-isr", 1), profile=profile_by_name(c.str("profile", "kafka")),
-                now_ms=c.int("now", 0))
+                "t-0", replicas, replicas[0], leader_epoch=c.num("epoch", 0), partition_epoch=c.num("pe", 0),
+                isr=c.nums("isr", replicas), leo=c.num("leo", 0), hw=c.num("hw", 0), lag_max_ms=c.num("lag", 100),
+                min_isr=c.num("min-isr", 1), profile=profile_by_name(c.text("profile", "kafka")),
+                now_ms=c.num("now", 0))
             return self.state() + "\n" + self.decision(self.lead.initial_decision)
         lead = self.core()
-        now = c.int("now", 0)
+        now = c.num("now", 0)
         if c.name == "fetch":
-            return self.decision(lead.on_follower_fetch(c.int("r"), c.int("offset"), now,
-                                                        broker_epoch=c.int("broker-epoch", -1)))
+            return self.decision(lead.on_follower_fetch(c.num("r"), c.num("offset"), now,
+                                                        broker_epoch=c.num("broker-epoch", -1)))
         if c.name == "append":
-            return self.decision(lead.on_append(c.int("leo"), now))
+            return self.decision(lead.on_append(c.num("leo"), now))
         if c.name == "check":
-            return error_name(lead.check_produce(c.int("acks")))
+            return error_name(lead.check_produce(c.num("acks")))
         if c.name == "wait":
-            return self.decision(lead.add_waiter(c.int("offset"), c.str("token"), now))
+            return self.decision(lead.add_waiter(c.num("offset"), c.text("token"), now))
         if c.name == "shrink":
             return self.decision(lead.maybe_shrink_isr(now))
         if c.name == "committed":
-            le = c.int("le") if c.has("le") else None
-            return self.decision(lead.apply_committed_isr(c.ints("isr"), c.int("pe"), now, leader_epoch=le))
+            le = c.num("le") if c.has("le") else None
+            return self.decision(lead.apply_committed_isr(c.nums("isr"), c.num("pe"), now, leader_epoch=le))
         if c.name == "alter-error":
-            return self.decision(lead.on_alter_partition_error(_code(c.str("code")), now))
+            return self.decision(lead.on_alter_partition_error(_code(c.text("code")), now))
         if c.name == "metadata":
-            return self.decision(lead.on_metadata(c.ints("isr"), c.int("pe"), c.int("le"),
-                                                  c.ints("replicas", list(lead.replicas)), now))
+            return self.decision(lead.on_metadata(c.nums("isr"), c.num("pe"), c.num("le"),
+                                                  c.nums("replicas", list(lead.replicas)), now))
         if c.name == "eligibility":
-            return self.decision(lead.set_replica_eligibility(c.int("r"), c.bool("eligible", True),
-                                                              c.int("epoch", -1), now))
+            return self.decision(lead.set_replica_eligibility(c.num("r"), c.flag("eligible", True),
+                                                              c.num("epoch", -1), now))
         if c.name == "log-start":
-            lead.on_log_start_offset(c.int("offset"))
+            lead.on_log_start_offset(c.num("offset"))
             return self.state()
         if c.name == "state":
             return self.state()
@@ -108,9 +92,9 @@ class LeaderScenario:
     def state(self) -> str:
         lead = self.core()
         p = lead.pending
-        pending = "-" if p is None else f"{p.kind} {_ids(p.isr)}"
-        return (f"leader epoch={lead.leader_epoch} pe={lead.partition_epoch} isr={_ids(lead.isr)} "
-                f"maximal={_ids(lead.maximal_isr)} pending={pending} leo={lead.leo} hw={lead.hw} "
+        pending = "-" if p is None else f"{p.kind} {ids(p.isr)}"
+        return (f"leader epoch={lead.leader_epoch} pe={lead.partition_epoch} isr={ids(lead.isr)} "
+                f"maximal={ids(lead.maximal_isr)} pending={pending} leo={lead.leo} hw={lead.hw} "
                 f"log-start={lead.log_start_offset} waiting={lead.waiting}")
 
     @staticmethod
@@ -121,7 +105,7 @@ class LeaderScenario:
         if d.hw_moved:
             out.append(f"hw {d.old_hw} -> {d.new_hw}")
         if d.isr_proposal is not None:
-            out.append(f"propose isr {_ids(d.isr_proposal)}")
+            out.append(f"propose isr {ids(d.isr_proposal)}")
         if d.isr_changed:
             out.append("isr changed")
         for token, code in d.completed:
@@ -138,7 +122,7 @@ class FollowerScenario:
 
     def run(self, c: Command) -> str:
         if c.name == "new":
-            self.core = PartitionFollower("t-0", c.int("leader"), c.int("epoch"), c.int("backoff", 1000),
+            self.core = PartitionFollower("t-0", c.num("leader"), c.num("epoch"), c.num("backoff", 1000),
                                           self.events.append)
             return self.phase(0)
         if c.name == "log":
@@ -147,15 +131,15 @@ class FollowerScenario:
         core = self.core
         if core is None:
             raise ScenarioError(f"{c.where}: `new` first")
-        now = c.int("now", 0)
+        now = c.num("now", 0)
         if c.name == "send":
             p = core.next_position(self.log)
             return (f"fetch offset={p.fetch_offset} last-epoch={p.last_fetched_epoch} "
                     f"leader-epoch={p.current_leader_epoch} log-start={p.log_start_offset}")
         if c.name == "answer":
             div = c.pairs("diverging")
-            answer = FetchAnswer(error=_code(c.str("error")) if c.has("error") else 0,
-                                 high_watermark=c.int("hw", -1), log_start_offset=c.int("log-start", -1),
+            answer = FetchAnswer(error=_code(c.text("error")) if c.has("error") else 0,
+                                 high_watermark=c.num("hw", -1), log_start_offset=c.num("log-start", -1),
                                  has_records=c.has("records"), diverging_epoch=div[0] if div else None)
             return self.actions(core.on_fetch_answer(answer, self.log, now), now)
         if c.name == "truncated":
@@ -163,12 +147,12 @@ class FollowerScenario:
             core.on_truncated(before, self.log, now)
             return self.actions([], now)
         if c.name == "appended":
-            core.on_appended(c.int("bytes"), now)
+            core.on_appended(c.num("bytes"), now)
             return self.actions([], now)
         if c.name == "leader-leo":
-            return self.actions(core.on_leader_log_end(c.int("value"), self.log, now), now)
+            return self.actions(core.on_leader_log_end(c.num("value"), self.log, now), now)
         if c.name == "leader-start":
-            return self.actions(core.on_leader_log_start(c.int("value"), c.int("leo"), self.log, now), now)
+            return self.actions(core.on_leader_log_start(c.num("value"), c.num("leo"), self.log, now), now)
         if c.name == "transport-error":
             core.on_transport_error(now)
             return self.actions([], now)
@@ -177,7 +161,7 @@ class FollowerScenario:
         raise ScenarioError(f"{c.where}: unknown follower command {c.name}")
 
     def _view(self, c: Command) -> LogView:
-        return LogView(c.int("leo"), c.int("start", 0), tuple(c.pairs("epochs")))
+        return LogView(c.num("leo"), c.num("start", 0), tuple(c.pairs("epochs")))
 
     @staticmethod
     def _epochs(log: LogView) -> str:

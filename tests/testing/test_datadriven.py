@@ -18,7 +18,7 @@ ok
 
 
 def handler(c: Command) -> str:
-    return str(c.int("a") + c.int("b")) if c.name == "add" else ""
+    return str(c.num("a") + c.num("b")) if c.name == "add" else ""
 
 
 def test_a_wrong_golden_output_fails_with_its_line(tmp_path, monkeypatch):

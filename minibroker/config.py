@@ -19,6 +19,7 @@ DEFAULTS: dict[str, str] = {
     "listeners": "",
     "advertised.listeners": "",
     "inter.broker.listener.name": "",
+    "minibroker.kafka.listener.names": "KAFKA",   # listeners that speak Kafka's wire protocol
     "controller.quorum.bootstrap.servers": "127.0.0.1:9093",
     "socket.request.max.bytes": "104857600",
     "minibroker.cluster.secret": "minibroker-dev-secret",
@@ -26,6 +27,7 @@ DEFAULTS: dict[str, str] = {
     "minibroker.log.level": "INFO",
     "minibroker.controlled.shutdown.timeout.ms": "30000",
     "minibroker.metadata.fetch.max.wait.ms": "500",
+    "metrics.listener": "",                   # HOST:PORT serving GET /metrics (Prometheus); empty = off
     # storage
     "log.dirs": "/tmp/minibroker-logs",
     "metadata.log.dir": "/tmp/minibroker-controller",

@@ -789,9 +789,7 @@ class ReplicaManager:
                     "replicas": [{"broker_id": r, "leo": part.leo if r == self.node_id else -1,
                                   "last_caught_up_ms_ago": None, "last_fetch_ms_ago": None,
                                   "in_isr": r in part.isr, "caught_up": None} for r in part.replicas],
-                    "fetch_state": None if st is None else {
-                        "leader": part.leader_id, "leader_epoch": st.leader_epoch, "failed": st.failed,
-                        "backing_off": st.backoff_until_ms > now, "last_error": st.last_error},
+                    "fetch_state": None if st is None else st.core.status(now),
                 })
             out.append(entry)
         return {"node_id": self.node_id, "partitions": out}

@@ -40,9 +40,15 @@ from minibroker.config import Config, ConfigError, parse_listeners
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.events import Event
 from minibroker.metadata import NO_LEADER
+from minibroker.kafka.handlers import KafkaApis
+from minibroker.kafka.server import KafkaConnection, serve_kafka
+from minibroker.metrics.counts import EventCounts
+from minibroker.metrics.families import Family, broker_families
+from minibroker.metrics.server import MetricsServer
 from minibroker.net.server import Dispatcher, HandlerSpec, RequestContext, serve
 from minibroker.protocol.api import REQUESTS, ApiKey
 from minibroker.protocol.schema import Nullable, Opt
+from minibroker.storage.data_format import DataDirFormatError, ensure_record_format
 
 log = logging.getLogger("minibroker.broker")
 
@@ -73,10 +79,21 @@ def listener_plan(config: Config) -> tuple[dict[str, tuple[str, int]], dict[str,
             out[name] = advertised[name]
         else:
             out[name] = (socket.gethostname() if host in ("0.0.0.0", "", "::") else host, port)
-    inter = (config.get("inter.broker.listener.name", "") or next(iter(binds))).upper()
+    kafka = kafka_listener_names(config)
+    msgpack = [n for n in binds if n not in kafka]
+    inter = (config.get("inter.broker.listener.name", "") or (msgpack[0] if msgpack else next(iter(binds)))).upper()
     if inter not in binds:
         raise ConfigError(f"inter.broker.listener.name: {inter} is not one of listeners ({', '.join(binds)})")
+    if inter in kafka:
+        raise ConfigError(f"inter.broker.listener.name: {inter} is a Kafka-protocol listener "
+                          f"(minibroker.kafka.listener.names); brokers replicate over a minibroker listener")
     return binds, out, inter
+
+
+def kafka_listener_names(config: Config) -> set[str]:
+    """Listeners that speak Kafka's wire protocol (minibroker.kafka.listener.names,
+    as Kafka's controller.listener.names names the listeners that speak KRaft)."""
+    return {n.upper() for n in config.get_list("minibroker.kafka.listener.names")}
 
 
 def log_dirs(config: Config) -> list[str]:
@@ -197,12 +214,18 @@ class BrokerServer:
         self.rack = rack or None
         self.events = EventLog(self.node_id)
         self.image = MetadataImage(config)
+        self.event_counts = EventCounts()
+        self.events.ring.subscribe(self.event_counts.observe)
+        self.metrics: MetricsServer | None = None
         self.lifecycle: BrokerLifecycle | None = None
         self.channel: ControllerChannel | None = None
         self.peers: InterBrokerConnections | None = None
         self.replica_manager: Any = None
         self.log_manager: Any = None
         self._servers: list[asyncio.AbstractServer] = []
+        self.kafka_listeners = kafka_listener_names(config) & set(self.binds)
+        self.kafka_connections: set[KafkaConnection] = set()
+        self.kafka_apis = KafkaApis(self)
         self.bound: dict[str, tuple[str, int]] = {}
         self._published = False
         self._serving: asyncio.Event | None = None
@@ -255,6 +278,10 @@ class BrokerServer:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            if isinstance(exc, DataDirFormatError):
+                log.error("broker %d refuses to start: %s", self.node_id, exc)
+                await self._shutdown(clean=False)
+                return 1
             if not self._stop.is_set():
                 log.exception("broker %d failed to start: %s", self.node_id, exc)
                 await self._shutdown(clean=False)
@@ -268,12 +295,19 @@ class BrokerServer:
         assert self._stop is not None
         previous_epoch = await asyncio.to_thread(self._prepare_dirs)
         for name, (host, port) in self.binds.items():
-            srv = await serve(self.dispatcher, host, port, name)
+            if name in self.kafka_listeners:
+                srv = await serve_kafka(self.kafka_apis.handle, host, port, name, self.max_frame_bytes,
+                                        self.kafka_connections)
+            else:
+                srv = await serve(self.dispatcher, host, port, name)
             self._servers.append(srv)
             bhost, bport = srv.sockets[0].getsockname()[:2]
             self.bound[name] = (bhost, bport)
             if self.advertised[name][1] == 0:
                 self.advertised[name] = (self.advertised[name][0], bport)
+        if self.config.get("metrics.listener", "").strip():
+            self.metrics = MetricsServer(self._metric_families)
+            await self.metrics.start(self.config.get("metrics.listener"))
         log.info("broker %d listening on %s (inter-broker listener %s)", self.node_id,
                  ", ".join(f"{n}://{h}:{p}" for n, (h, p) in self.bound.items()), self.inter_broker_listener)
         self.lifecycle = BrokerLifecycle(
@@ -315,8 +349,14 @@ class BrokerServer:
 
     def _prepare_dirs(self) -> int:
         for d in self.dirs:
-            os.makedirs(d, exist_ok=True)
+            ensure_record_format(d)
         return take_clean_shutdown_epoch(self.dirs)
+
+    def _metric_families(self) -> list[Family]:
+        """Triggered by each scrape of /metrics (on the event loop): the ReplicaStatus body, as `watch` reads it."""
+        status = self.replica_manager.replica_status(None) if self.replica_manager is not None else {}
+        return broker_families(status, lambda t: int(self.image.topic_config(t, "min.insync.replicas")),
+                               self.event_counts)
 
     def _emit_state(self, event: Event) -> None:
         self.events.emit(event)
@@ -347,9 +387,11 @@ class BrokerServer:
             ch.begin_shutdown(self._stop_reason or "shutdown")
         for srv in self._servers:
             srv.close()
-        for conn in list(self.dispatcher.connections):
+        for conn in [*self.dispatcher.connections, *self.kafka_connections]:
             if conn.transport is not None:
                 conn.transport.abort()
+        if self.metrics is not None:
+            await self.metrics.close()
         if ch is not None:
             await ch.close()
         ok = clean
@@ -385,6 +427,20 @@ class BrokerServer:
             ApiKey.REPLICA_STATUS: HandlerSpec(self._replica_status),
             ApiKey.EVENTS: HandlerSpec(self._events),
         }
+
+    def msgpack_handler(self, api: ApiKey) -> Callable[[RequestContext, dict], Awaitable[dict | None]] | None:
+        """The handler the minibroker listener runs for `api` (the Kafka listener calls the same ones)."""
+        spec = self.dispatcher.handlers.get(api)
+        return spec.fn if spec is not None else None
+
+    async def until_serving(self) -> None:
+        """Returns once the broker is RUNNING (requests other than ApiVersions wait for it)."""
+        if self._serving is None:
+            raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, "broker is starting")
+        await self._serving.wait()
+
+    def broker_epoch(self) -> int:
+        return self.lifecycle.broker_epoch if self.lifecycle is not None else -1
 
     def _gated(self, fn: Callable[[RequestContext, dict], Awaitable[dict | None]]):
         async def handler(ctx: RequestContext, body: dict) -> dict | None:

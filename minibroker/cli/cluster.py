@@ -66,9 +66,14 @@ def up(data_dir: str | None, brokers: int, sets: tuple[str, ...], fast: bool, no
 
 def _print_access(c: LocalCluster) -> None:
     click.echo(f"  bootstrap:  {c.bootstrap}")
+    if c.kafka_bootstrap:
+        click.echo(f"  kafka:      {c.kafka_bootstrap}")
     click.echo(f"  data dir:   {c.data_dir}  (logs: broker-N/broker.log, controller/controller.log)")
     racks = ", ".join(f"{b.node_id}={b.rack}" for b in c.layout.brokers)
     click.echo(f"  racks:      {racks}")
+    urls = c.layout.metrics_urls()
+    if urls:
+        click.echo(f"  metrics:    {', '.join(u for _, u in urls)}")
     click.echo("  stop with:  minibroker cluster down" + ("" if c.data_dir == _dir(None) else f" --data-dir {c.data_dir}"))
 
 

@@ -15,6 +15,7 @@ from minibroker.cli.offsets import offsets
 from minibroker.cli.process import broker, controller, trace
 from minibroker.cli.produce import produce
 from minibroker.cli.sim import sim
+from minibroker.cli.storage import storage
 from minibroker.cli.topics import topics
 from minibroker.cli.verify import verify
 from minibroker.cli.watch import watch
@@ -27,7 +28,7 @@ def cli() -> None:
 
 
 for command in (topics, produce, consume, offsets, leader_election, watch, health, cluster, controller, broker, trace,
-                verify, sim):
+                verify, sim, storage):
     cli.add_command(command)
 
 

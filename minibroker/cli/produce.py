@@ -69,15 +69,22 @@ async def _stdin_chunks():
 @click.option("--message-send-max-retries", "retries", type=int, default=3, show_default=True,
               help="Retries of a retriable error (kafka-console-producer's default is 3); "
                    "--producer-property retries=N overrides it.")
+@click.option("--compression-codec", "--compression-type", "compression", is_flag=False, flag_value="gzip",
+              type=click.Choice(["none", "gzip", "snappy", "lz4", "zstd"]), default=None,
+              help="Compress batches (kafka-console-producer's --compression-codec; gzip if given without a "
+                   "value); --producer-property compression.type=... overrides it.")
 @click.option("--no-progress", is_flag=True, help="Synthetic load without the progress bar.")
 @handle_errors
 def produce(bootstrap_server: str | None, topic: str, acks: str, partition: int | None, key_separator: str | None,
-            count: int | None, size: int, props: tuple[str, ...], retries: int, no_progress: bool) -> None:
+            count: int | None, size: int, props: tuple[str, ...], retries: int, compression: str | None,
+            no_progress: bool) -> None:
     """Send stdin lines (or --count synthetic records) to TOPIC.
 
     Failed records are reported by error code name on stderr; the exit status
     is 1 if any record failed."""
     cfg: dict[str, Any] = {"acks": acks, "max.block.ms": "30000", "retries": str(retries)}
+    if compression:
+        cfg["compression.type"] = compression
     cfg.update(parse_kv(props, "--producer-property"))
     report = _Report(topic)
     if count is not None:

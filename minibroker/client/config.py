@@ -37,6 +37,7 @@ PRODUCER_DEFAULTS: dict[str, str] = {
     "delivery.timeout.ms": "120000",
     "max.in.flight.requests.per.connection": "5",
     "partitioner.ignore.keys": "false",
+    "compression.type": "none",             # none, gzip, snappy, lz4, zstd (Kafka's names)
 }
 
 CONSUMER_DEFAULTS: dict[str, str] = {

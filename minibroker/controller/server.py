@@ -28,6 +28,9 @@ from minibroker.controller.metadata_log import MetadataLog
 from minibroker.controller.settings import ControllerSettings
 from minibroker.controller.state import ControllerState, Outcome
 from minibroker.metadata import to_wire
+from minibroker.metrics.counts import EventCounts
+from minibroker.metrics.families import Family, controller_families
+from minibroker.metrics.server import MetricsServer
 from minibroker.net.server import Dispatcher, HandlerSpec, RequestContext, serve
 from minibroker.protocol.api import ApiKey
 
@@ -73,6 +76,9 @@ class ControllerServer:
         self.directory = config.get("metadata.log.dir")
         self.mlog = MetadataLog(self.directory)
         self.events = EventLog()
+        self.event_counts = EventCounts()
+        self.events.subscribe(self.event_counts.observe)
+        self.metrics: MetricsServer | None = None
         self.clock = AnchoredClock()
         self.cluster_id = ""
         self.state = "STARTING"
@@ -131,6 +137,13 @@ class ControllerServer:
         except OSError:
             await self.stop()
             raise
+        if self.config.get("metrics.listener", "").strip():
+            self.metrics = MetricsServer(self._metric_families)
+            try:
+                await self.metrics.start(self.config.get("metrics.listener"))
+            except OSError:
+                await self.stop()
+                raise
         self._timer = loop.create_task(self._timer_loop(), name="controller-timer")
         self.state = "RUNNING"
 
@@ -150,6 +163,8 @@ class ControllerServer:
         for conn in list(self.dispatcher.connections):
             if conn.transport is not None:
                 conn.transport.close()
+        if self.metrics is not None:
+            await self.metrics.close()
         for srv in self._servers:
             try:
                 await asyncio.wait_for(srv.wait_closed(), 2)
@@ -157,6 +172,12 @@ class ControllerServer:
                 pass
         await self.mlog.close()
         self.stopped.set()
+
+    def _metric_families(self) -> list[Family]:
+        """Triggered by each scrape of /metrics (on the event loop): the core's records as they are."""
+        topics = self.core.topics
+        parts = [p for t in sorted(topics.partitions) for _, p in sorted(topics.partitions[t].items())]
+        return controller_families(parts, self.core.cluster.brokers.values(), len(topics.topics), self.event_counts)
 
     def _die(self, exc: BaseException) -> None:
         if self.fatal is None:
@@ -195,8 +216,24 @@ class ControllerServer:
             await self._commit(out)
         return out
 
+    async def _decide_all(self, fn: Callable[..., list[Outcome]], *args: Any) -> list[Outcome]:
+        """`_decide` for a decision that returns several outcomes (the core's `tick`): each
+        is committed, in order; should the core raise, what it applied is still persisted."""
+        try:
+            outs = fn(*args)
+        except Exception:
+            partial = self.core.take_partial()
+            log.exception("controller decision %s failed; persisting %d already-applied record(s)",
+                          getattr(fn, "__name__", fn), len(partial.records))
+            await self._commit(partial)
+            raise
+        for out in outs:
+            await self._commit(out)
+        return outs
+
     async def _timer_loop(self) -> None:
-        """Liveness check (one stale broker fenced per decision, until none) and periodic tasks."""
+        """Every tick: a late timer first restarts broker sessions (`on_liveness_gap`), then
+        the core's `tick` (fence stale brokers one per outcome, then the due periodic tasks)."""
         loop = asyncio.get_running_loop()
         while True:
             slept_from = loop.time()
@@ -209,10 +246,7 @@ class ControllerServer:
                 now = self.clock.now_ms()
                 if late_ms > self.core.settings.session_timeout_ms // 2:
                     await self._decide(self.core.on_liveness_gap, now, late_ms)
-                while await self._decide(self.core.maybe_fence_one_stale_broker, now) is not None:
-                    pass
-                for task in self.core.due_periodic_tasks(now):
-                    await self._decide(task, now)
+                await self._decide_all(self.core.tick, now)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

@@ -76,6 +76,8 @@ class ControllerState:
         # Offset of the record that last set each entity (for snapshots).
         self._entity_offsets: dict[Any, int] = {}
         self._out: list[tuple[int, MetadataRecord]] = []
+        # Invariant: non-empty only between a `tick` that raised and the driver's `take_partial`.
+        self._unpersisted: list[Outcome] = []
         self._events: list[Event] = []
         self._now = 0
         self.next_rebalance_ms: int | None = None
@@ -134,7 +136,11 @@ class ControllerState:
     def take_partial(self) -> Outcome:
         """Triggered when an event handler raised (a bug): the records it had already applied,
         so the driver can still persist them and the image never runs ahead of the log."""
-        return self._finish({"error": int(ErrorCode.UNKNOWN_SERVER_ERROR)})
+        done, self._unpersisted = self._unpersisted, []
+        last = self._finish({"error": int(ErrorCode.UNKNOWN_SERVER_ERROR)})
+        records = [r for o in done for r in o.records] + last.records
+        events = [e for o in done for e in o.events] + last.events
+        return Outcome(records, events, last.response)
 
     def image(self) -> list[tuple[int, MetadataRecord]]:
         """The whole current image as records (a snapshot): brokers, then each topic and its partitions."""
@@ -563,9 +569,15 @@ class ControllerState:
         """One timer tick as the driver runs it: fence stale brokers (one per outcome), then the
         due periodic tasks. Outcomes without records or events are left out."""
         outs: list[Outcome] = []
-        while (o := self.maybe_fence_one_stale_broker(now_ms)) is not None:
-            outs.append(o)
-        outs += [task(now_ms) for task in self.due_periodic_tasks(now_ms)]
+        try:
+            while (o := self.maybe_fence_one_stale_broker(now_ms)) is not None:
+                outs.append(o)
+            for task in self.due_periodic_tasks(now_ms):
+                outs.append(task(now_ms))
+        except Exception:
+            # The outcomes finished before the failure are applied too: `take_partial` hands them over.
+            self._unpersisted = outs
+            raise
         return [o for o in outs if o.records or o.events]
 
     # --------------------------------------------------------- AlterPartition

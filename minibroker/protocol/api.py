@@ -5,7 +5,7 @@ Every request map carries the header fields `api`, `v`, `id`, `client`
 plus the body fields of its API at the top level. Every response carries
 `id` (echoed) and the body fields; a request that fails as a whole is
 answered with `{"id", "error", "message"}` (an `ErrorCode` number).
-Record batches travel as msgpack bin (opaque bytes, see minibroker.records).
+Record batches travel as msgpack bin: opaque bytes in Kafka's RecordBatch v2 format (see minibroker.records).
 
 Conventions: -1 means "none/unknown" for ids, epochs and offsets; errors are
 `ErrorCode` ints; optional fields default as shown by `Opt`.

@@ -28,6 +28,7 @@ recovery. The one thing a crash can lose is an election-time entry with no
 data after it, which Kafka's truncation rules make harmless.
 
 Events (`kind`, reason): `truncation` (extra `side`: "end" for truncate_to,
+"epochs" for a truncate_to at or above the LEO that only dropped epoch entries,
 "full" for truncate_fully_and_start_at, "start" for log-start moves and
 segment deletion) and `recovery` (on opening an existing log).
 """
@@ -421,11 +422,24 @@ class PartitionLog:
         log ends at that batch's base offset. Trims the epoch cache from the
         end and lowers the recovery point. Returns the new LEO (which may be
         below `offset`; the caller clamps its HW to it). No-op at or above
-        the LEO. Emits a `truncation` event."""
+        the LEO for the data, but not for the epoch cache: entries starting
+        at or above the LEO are still dropped (E4, Kafka's `truncateTo`),
+        because this broker may have led an epoch and appended nothing in it
+        before another leader was elected; keeping that entry makes every
+        later divergence answer look new (issue 9's livelock). Emits a
+        `truncation` event whenever the log or the epoch cache changed."""
         if offset < 0:
             raise ValueError(f"cannot truncate to negative offset {offset}")
         before = self.log_end_offset
         if offset >= before:
+            with self._lock:
+                stale = self.epoch_cache.truncate_from_end(before)
+            if stale:
+                self._emit("truncation", before, before,
+                           f"{reason}; dropped epoch entries {stale} starting at or after the LEO "
+                           "(an epoch led here without appends)",
+                           side="epochs", requested_offset=offset, segments_deleted=[],
+                           epoch_entries_removed=[list(e) for e in stale])
             return before
         if offset < self._segments[0].base_offset:
             self.truncate_fully_and_start_at(offset, reason=reason)

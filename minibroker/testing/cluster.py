@@ -160,7 +160,9 @@ class LocalCluster:
     @staticmethod
     def _check_ports_free(layout: ClusterLayout) -> None:
         addrs = [layout.controller] + [(b.host, b.port) for b in layout.brokers] + \
-                [a for b in layout.brokers for a in b.internal.values()] + [r.listen for r in layout.routes]
+                [(b.host, b.kafka_port) for b in layout.brokers if b.kafka_port] + \
+                [a for b in layout.brokers for a in b.internal.values()] + [r.listen for r in layout.routes] + \
+                [a for a in [layout.controller_metrics] + [b.metrics for b in layout.brokers] if a is not None]
         if layout.proxy_control:
             addrs.append(layout.proxy_control)
         for host, port in addrs:
@@ -216,6 +218,11 @@ class LocalCluster:
     @property
     def bootstrap(self) -> str:
         return self.layout.bootstrap
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """Bootstrap servers for Kafka clients (each broker's KAFKA listener)."""
+        return self.layout.kafka_bootstrap
 
     @property
     def broker_ids(self) -> list[int]:

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 CONTROLLER_ID = 0
+KAFKA_PORT = 9094           # each broker's Kafka-protocol listener, on its own 127.0.0.N
 RACKS = ("zone-a", "zone-b", "zone-c", "zone-d", "zone-e", "zone-f")
 Addr = tuple[str, int]
 
@@ -48,6 +49,8 @@ class BrokerSpec:
     port: int                                   # EXTERNAL (clients)
     rack: str
     internal: dict[str, Addr] = field(default_factory=dict)    # listener name -> bind address
+    kafka_port: int | None = None               # KAFKA listener (Kafka's wire protocol, clients)
+    metrics: Addr | None = None                 # metrics.listener (GET /metrics)
 
     @property
     def name(self) -> str:
@@ -56,6 +59,10 @@ class BrokerSpec:
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def kafka_address(self) -> str | None:
+        return f"{self.host}:{self.kafka_port}" if self.kafka_port else None
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,7 @@ class ClusterLayout:
     secret: str
     broker_overrides: dict[str, str] = field(default_factory=dict)
     controller_overrides: dict[str, str] = field(default_factory=dict)
+    controller_metrics: Addr | None = None
 
     @property
     def proxied(self) -> bool:
@@ -76,6 +84,11 @@ class ClusterLayout:
     @property
     def bootstrap(self) -> str:
         return ",".join(b.address for b in self.brokers)
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """The brokers' Kafka-protocol listeners, for Kafka clients ("" for a layout without them)."""
+        return ",".join(a for a in (b.kafka_address for b in self.brokers) if a)
 
     def broker(self, node_id: int) -> BrokerSpec:
         for b in self.brokers:
@@ -90,6 +103,11 @@ class ClusterLayout:
                 return r
         raise KeyError(f"no route {src}->{dst}")
 
+    def metrics_urls(self) -> list[tuple[str, str]]:
+        """(process name, http://HOST:PORT/metrics) of every process that serves metrics."""
+        out = [("controller", self.controller_metrics)] + [(b.name, b.metrics) for b in self.brokers]
+        return [(n, f"http://{a[0]}:{a[1]}/metrics") for n, a in out if a is not None]
+
     def node_dir(self, name: str) -> str:
         return f"{self.data_dir}/{name}"
 
@@ -102,6 +120,8 @@ class ClusterLayout:
             "metadata.log.dir": f"{self.node_dir('controller')}/metadata",
             "minibroker.cluster.secret": self.secret,
         }
+        if self.controller_metrics is not None:
+            props["metrics.listener"] = f"{self.controller_metrics[0]}:{self.controller_metrics[1]}"
         props.update(self.broker_overrides)       # cluster-wide settings (min ISR, timeouts) matter to both
         props.update(self.controller_overrides)
         return props
@@ -110,6 +130,9 @@ class ClusterLayout:
         b = self.broker(node_id)
         listeners = [f"EXTERNAL://{b.host}:{b.port}"]
         advertised = [f"EXTERNAL://{b.host}:{b.port}"]
+        if b.kafka_port:
+            listeners.append(f"KAFKA://{b.host}:{b.kafka_port}")
+            advertised.append(f"KAFKA://{b.host}:{b.kafka_port}")
         for name, (h, p) in b.internal.items():
             listeners.append(f"{name}://{h}:{p}")
             if self.proxied:
@@ -137,6 +160,8 @@ class ClusterLayout:
             "log.dirs": f"{self.node_dir(b.name)}/data",
             "minibroker.cluster.secret": self.secret,
         }
+        if b.metrics is not None:
+            props["metrics.listener"] = f"{b.metrics[0]}:{b.metrics[1]}"
         props.update(self.broker_overrides)
         return props
 
@@ -150,13 +175,16 @@ class ClusterLayout:
         return cls(
             data_dir=d["data_dir"], controller=tuple(d["controller"]),  # type: ignore[arg-type]
             brokers=tuple(BrokerSpec(b["node_id"], b["host"], b["port"], b["rack"],
-                                     {k: tuple(v) for k, v in b["internal"].items()})  # type: ignore[misc]
+                                     {k: tuple(v) for k, v in b["internal"].items()},  # type: ignore[misc]
+                                     b.get("kafka_port"),
+                                     tuple(b["metrics"]) if b.get("metrics") else None)  # type: ignore[arg-type]
                           for b in d["brokers"]),
             routes=tuple(Route(r["name"], r["src"], r["dst"], tuple(r["listen"]), tuple(r["target"]))  # type: ignore[arg-type]
                          for r in d["routes"]),
             proxy_control=tuple(d["proxy_control"]) if d.get("proxy_control") else None,  # type: ignore[arg-type]
             secret=d["secret"], broker_overrides=dict(d.get("broker_overrides") or {}),
-            controller_overrides=dict(d.get("controller_overrides") or {}))
+            controller_overrides=dict(d.get("controller_overrides") or {}),
+            controller_metrics=tuple(d["controller_metrics"]) if d.get("controller_metrics") else None)  # type: ignore[arg-type]
 
 
 def properties_text(props: dict[str, str], header: str) -> str:
@@ -171,8 +199,9 @@ def plan(data_dir: str, *, brokers: int = 3, hosts: list[str], controller_host: 
          port_for: PortFor, proxied: bool = True, secret: str,
          broker_overrides: dict[str, str] | None = None,
          controller_overrides: dict[str, str] | None = None) -> ClusterLayout:
-    """Lay out a cluster: broker i on hosts[i-1] (EXTERNAL default port 9092),
-    controller on controller_host:9093; `port_for(host, default)` picks each port
+    """Lay out a cluster: broker i on hosts[i-1] (EXTERNAL default port 9092, KAFKA 9094),
+    controller on controller_host:9093, metrics on each broker's host:9404 and
+    the controller's host:9400; `port_for(host, default)` picks each port
     (the default itself for the well-known layout, a free one for tests)."""
     if brokers < 1 or brokers > len(hosts):
         raise ValueError(f"brokers: expected 1..{len(hosts)}, got {brokers}")
@@ -186,7 +215,8 @@ def plan(data_dir: str, *, brokers: int = 3, hosts: list[str], controller_host: 
             internal = {f"INTERNAL_B{k}": (host, port_for(host, 9100 + k)) for k in ids}
         else:
             internal = {"INTERNAL": (host, port_for(host, 9101))}
-        specs.append(BrokerSpec(i, host, port_for(host, 9092), RACKS[(i - 1) % len(RACKS)], internal))
+        specs.append(BrokerSpec(i, host, port_for(host, 9092), RACKS[(i - 1) % len(RACKS)], internal,
+                                port_for(host, KAFKA_PORT), (host, port_for(host, 9404))))
     proxy_control: Addr | None = None
     if proxied:
         for b in specs:
@@ -198,4 +228,5 @@ def plan(data_dir: str, *, brokers: int = 3, hosts: list[str], controller_host: 
                                         (b.host, port_for(b.host, 9200 + k)), b.internal[f"INTERNAL_B{k}"]))
         proxy_control = (controller_host, port_for(controller_host, 9199))
     return ClusterLayout(data_dir, controller, tuple(specs), tuple(routes), proxy_control, secret,
-                         dict(broker_overrides or {}), dict(controller_overrides or {}))
+                         dict(broker_overrides or {}), dict(controller_overrides or {}),
+                         (controller_host, port_for(controller_host, 9400)))

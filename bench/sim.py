@@ -37,23 +37,35 @@ def main() -> int:
     lo, _, hi = args.seeds.partition("-")
     seeds = range(int(lo), int(hi or lo) + 1)
     t0 = time.monotonic()
-    failing, violations, sim_s, cpu_s = [], 0, 0.0, 0.0
-    with multiprocessing.get_context("fork").Pool(args.jobs, maxtasksperchild=50) as pool:
-        for n, (seed, v, secs, cpu) in enumerate(pool.imap(_one, [(s, args.duration) for s in seeds]), 1):
+    failing: list[int] = []
+    violations, sim_s, cpu_s, done = 0, 0.0, 0.0, 0
+
+    def totals() -> None:
+        wall = time.monotonic() - t0
+        n = max(done, 1)
+        print(f"seeds={done} sim_seconds={sim_s:.0f} wall_seconds={wall:.1f} jobs={args.jobs} "
+              f"wall_per_seed={wall / n:.3f} cpu_per_seed={cpu_s / n:.3f} "
+              f"projected_10000_seeds_wall_minutes={wall / n * 10000 / 60:.0f} failing_seeds={len(failing)}",
+              flush=True)
+
+    pool = multiprocessing.get_context("fork").Pool(args.jobs, maxtasksperchild=50)
+    try:
+        for seed, v, secs, cpu in pool.imap(_one, [(s, args.duration) for s in seeds]):
+            done += 1
             sim_s += secs
             cpu_s += cpu
             if v:
                 failing.append(seed)
                 violations += len(v)
                 print(f"seed={seed} violations={len(v)} first: {v[0]}", flush=True)
-            if n % 500 == 0:
-                print(f"... {n} seeds, {time.monotonic() - t0:.0f} s wall", file=sys.stderr, flush=True)
-    wall = time.monotonic() - t0
-    n = len(seeds)
-    print(f"seeds={n} sim_seconds={sim_s:.0f} wall_seconds={wall:.1f} jobs={args.jobs} "
-          f"wall_per_seed={wall / n:.3f} cpu_per_seed={cpu_s / n:.3f} "
-          f"projected_10000_seeds_wall_minutes={wall / n * 10000 / 60:.0f} failing_seeds={len(failing)}")
-    print(f"seeds={n} violations={violations}")
+            if done % 100 == 0:
+                totals()
+    except KeyboardInterrupt:
+        print(f"interrupted after {done} seeds", flush=True)
+    finally:
+        pool.terminate()
+    totals()
+    print(f"seeds={done} violations={violations}")
     return 1 if violations else 0
 
 

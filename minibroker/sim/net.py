@@ -106,7 +106,7 @@ class _Pipe:
                     net.requests += 1
                     path = (self.src, dst.host)
                     net.requests_by[path] = net.requests_by.get(path, 0) + 1
-                dst.protocol.data_received(data)  # type: ignore[attr-defined]
+                dst.protocol.data_received(data)  # type: ignore[union-attr]
             else:
                 dst._lose(ConnectionResetError("connection reset by peer") if kind == _RST else None)
                 self.queue.clear()

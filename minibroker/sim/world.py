@@ -521,11 +521,11 @@ class World:
             self.inv.liveness(self.loop.time(), self.unconverged())
         self.note(f"converged={ok} after {self.loop.time() - t0:.1f}s")
         r0, by0 = self.net.requests, dict(self.net.requests_by)
-        await asyncio.sleep(s.idle_window_s)
+        idle_s = max(s.idle_window_s, s.duration_s - self.loop.time())     # the run lasts duration_s
+        await asyncio.sleep(idle_s)
         busiest = sorted(((n - by0.get(k, 0), k) for k, n in self.net.requests_by.items()), reverse=True)[:3]
-        self.note("idle requests by path: " + ", ".join(f"{a}->{b}={n}" for n, (a, b) in busiest))
-        rate = self.inv.idle_requests(self.loop.time(), self.net.requests - r0, s.idle_window_s,
-                                      len(self.controller_view()))
+        self.note(f"idle {idle_s:.1f}s, requests by path: " + ", ".join(f"{a}->{b}={n}" for n, (a, b) in busiest))
+        rate = self.inv.idle_requests(self.loop.time(), self.net.requests - r0, idle_s, len(self.controller_view()))
         self.note(f"idle requests per partition per second {rate:.1f}")
         mon.cancel()
         self.final_check()

@@ -15,6 +15,7 @@ replication (the real drivers and cores run them).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import gc
 import hashlib
 import logging
@@ -130,6 +131,7 @@ class World:
         self.controller: ControllerServer | None = None
         self.quiet = 0
         self.stopping = False
+        self.healed = False
         self.loop_errors = 0
         self.topics = [TOPIC]
         self.broker_ids = list(range(1, settings.brokers + 1))
@@ -224,11 +226,14 @@ class World:
         self.note(f"start {name}")
 
     def _exit(self, name: str, proc: SimProcess) -> None:
-        """The process is gone: the kernel closes its sockets."""
+        """The process is gone: the kernel closes its sockets. After the heal, a process that
+        was still shutting down when every fault was undone is restarted as soon as it exits."""
         self.net.process_died(proc)
         self.loop.kill(proc)
         if self.procs.get(name) is proc:
             del self.procs[name]
+            if self.healed:
+                self.loop.call_soon(self.restart, name, context=contextvars.Context())
 
     def kill(self, name: str, power_loss: bool = False) -> None:
         proc = self.procs.get(name)
@@ -487,6 +492,7 @@ class World:
 
     def heal_everything(self) -> None:
         self.note("heal everything")
+        self.healed = True
         self.net.heal()
         self.quiet = 0
         for name in sorted(self.procs):

@@ -10,14 +10,24 @@ per seed, violations, and the projected wall time for 10,000 seeds.
     .venv/bin/python bench/sim.py --seeds 1-500 --jobs 2   # a shorter run
     .venv/bin/python bench/sim.py --seeds 1-200 --duration 30
 
-Exit status 1 if any seed failed. Replay one with `minibroker sim --seed N`.
+Exit status 1 if any seed failed. SIGTERM or Ctrl-C stops it with the totals so far. Replay one with `minibroker sim --seed N`.
 """
 from __future__ import annotations
 
 import argparse
 import multiprocessing
+import signal
 import sys
 import time
+
+
+def _worker_init() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop(_sig: int, _frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _one(args: tuple[int, float]) -> tuple[int, list[str], float, float]:
@@ -48,7 +58,8 @@ def main() -> int:
               f"projected_10000_seeds_wall_minutes={wall / n * 10000 / 60:.0f} failing_seeds={len(failing)}",
               flush=True)
 
-    pool = multiprocessing.get_context("fork").Pool(args.jobs, maxtasksperchild=50)
+    pool = multiprocessing.get_context("fork").Pool(args.jobs, initializer=_worker_init, maxtasksperchild=50)
+    signal.signal(signal.SIGTERM, _stop)        # a background job ignores SIGINT: stop it with SIGTERM
     try:
         for seed, v, secs, cpu in pool.imap(_one, [(s, args.duration) for s in seeds]):
             done += 1

@@ -94,7 +94,7 @@ async def test_a_large_frame_is_decoded_off_the_loop_and_answered():
 def test_chunked_decoding_and_encoding_match_the_plain_ones():
     rng = random.Random(3)
     for _ in range(12):
-        msg = {"id": 1, "topics": [{"topic": "t%d" % i, "partitions": [
+        msg = {"id": 1, "topics": [{"topic": f"t{i}", "partitions": [
             {"partition": j, "records": rng.randbytes(rng.randrange(0, 400))} for j in range(rng.randrange(0, 80))]}
             for i in range(rng.randrange(0, 80))], "blob": rng.randbytes(rng.randrange(0, 200_000))}
         f = encode_frame(msg)

@@ -75,15 +75,27 @@ class RemoveTopicRecord:
     topic: str
 
 
+CLUSTER_DEFAULT = -1      # BrokerConfigRecord.broker_id for the cluster-wide default (kafka-configs --entity-default)
+
+
+@dataclass(frozen=True)
+class BrokerConfigRecord:
+    """The dynamic configs of one broker (or, with broker_id CLUSTER_DEFAULT, of every
+    broker), whole: KRaft's ConfigRecords for one BROKER resource, folded into one record."""
+    broker_id: int
+    configs: dict[str, str] = field(default_factory=dict)
+
+
 _TYPES: dict[str, type] = {
     "broker": BrokerRecord,
     "topic": TopicRecord,
     "partition": PartitionRecord,
     "remove_topic": RemoveTopicRecord,
+    "broker_config": BrokerConfigRecord,
 }
 _NAMES = {v: k for k, v in _TYPES.items()}
 
-MetadataRecord = BrokerRecord | TopicRecord | PartitionRecord | RemoveTopicRecord
+MetadataRecord = BrokerRecord | TopicRecord | PartitionRecord | RemoveTopicRecord | BrokerConfigRecord
 
 
 def to_wire(rec: MetadataRecord, offset: int) -> dict[str, Any]:
@@ -107,8 +119,8 @@ def from_wire(d: dict[str, Any]) -> tuple[int, MetadataRecord]:
         for k in ("replicas", "isr", "elr", "last_known_elr"):
             if k in kw:
                 kw[k] = tuple(kw[k])
-        if cls is TopicRecord:
-            kw["configs"] = dict(kw.get("configs") or {})
+        if cls is TopicRecord or cls is BrokerConfigRecord:
+            kw["configs"] = {str(k): str(v) for k, v in (kw.get("configs") or {}).items()}
         return int(d["offset"]), cls(**kw)
     except (KeyError, TypeError) as exc:
         raise ValueError(f"malformed metadata record {d!r}: {exc}") from None

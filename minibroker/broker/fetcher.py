@@ -1,14 +1,15 @@
 """Follower fetchers: one per (this broker, leader broker) pair.
 
-Owns: the per-partition fetch state of every partition this broker follows
-(Kafka's AbstractFetcherThread.PartitionFetchState: the leader epoch it
-fetches in, back-off, failed-until-new-metadata), the fetch loop to each
-leader, and the follower's reaction to each partition's answer (R3-R7):
-append the leader's batches verbatim, take min(leader HW, own LEO) as HW,
-truncate on a diverging epoch (several rounds when needed), refetch after
-OFFSET_OUT_OF_RANGE via ListOffsets, back off on errors, stop on fencing.
+Owns: the fetch loop to each leader and the carrying of events and actions
+between the wire, each followed partition's `PartitionFollower` core
+(minibroker.replication.follower_core: every follower rule, R3-R7, and the
+no-progress back-off) and its `Partition` (the log): it builds each Fetch
+from the cores' positions, hands each partition's answer to its core, and
+carries out the actions (append verbatim, HW update, truncate, ListOffsets
+to the leader after OFFSET_OUT_OF_RANGE).
 
-Must not know: leader-side rules, purgatory, metadata handling. The
+Must not know: any replication rule (the core decides), leader-side rules,
+purgatory, metadata handling. The
 `ReplicaManager` adds and removes partitions (on new leader epochs only,
 R1) and is told, through `FetcherHooks`, when a follower's HW rose or its
 log changed so parked reads can be woken.
@@ -28,9 +29,12 @@ from collections.abc import Awaitable, Callable
 
 from minibroker.broker.partition import Partition
 from minibroker.config import Config
-from minibroker.errors import ErrorCode, KafkaError, error_name
+from minibroker.errors import ErrorCode, KafkaError
 from minibroker.events import Event, EventSink
 from minibroker.protocol.api import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ApiKey
+from minibroker.replication.follower_core import (Action, Append, FetchAnswer, ListLeaderOffset, LogView,
+                                                  PartitionFollower, Truncate, TruncateFullyAndStartAt,
+                                                  UpdateHighWatermark)
 from minibroker.storage import UnexpectedAppendOffset
 
 log = logging.getLogger("minibroker.broker.fetcher")
@@ -73,25 +77,31 @@ class FetcherSettings:
 
 
 class FetchState:
-    """One followed partition. Replaced (never reset) when a new leader
-    epoch restarts fetching, so an in-flight answer for the old state is
-    recognised and dropped.
+    """One followed partition: the `Partition` and its `PartitionFollower` core.
+    Replaced (never reset) when a new leader epoch restarts fetching, so an
+    in-flight answer for the old state is recognised and dropped."""
 
-    Invariant: `failed` only after FENCED_LEADER_EPOCH at `leader_epoch`;
-    cleared by the ReplicaManager replacing this state on a newer epoch.
-    """
+    __slots__ = ("partition", "core")
 
-    __slots__ = ("partition", "leader_epoch", "backoff_until_ms", "failed", "sent_offset",
-                 "last_error", "truncating_rounds")
-
-    def __init__(self, partition: Partition, leader_epoch: int) -> None:
+    def __init__(self, partition: Partition, core: PartitionFollower) -> None:
         self.partition = partition
-        self.leader_epoch = leader_epoch
-        self.backoff_until_ms = 0
-        self.failed = False
-        self.sent_offset = -1
-        self.last_error: int = 0
-        self.truncating_rounds = 0
+        self.core = core
+
+    @property
+    def leader_epoch(self) -> int:
+        return self.core.leader_epoch
+
+    @property
+    def failed(self) -> bool:
+        return self.core.failed
+
+    @property
+    def backoff_until_ms(self) -> int:
+        return self.core.delayed_until_ms
+
+    @property
+    def last_error(self) -> int:
+        return self.core.last_error
 
 
 class ReplicaFetcher:
@@ -124,7 +134,8 @@ class ReplicaFetcher:
         return self._states.get(key)
 
     def add(self, part: Partition, leader_epoch: int) -> FetchState:
-        st = FetchState(part, leader_epoch)
+        core = PartitionFollower(part.name, self.leader_id, leader_epoch, self.settings.backoff_ms, self._sink)
+        st = FetchState(part, core)
         self._states[part.key] = st
         self._wake.set()
         if self._task is None:
@@ -154,8 +165,7 @@ class ReplicaFetcher:
         try:
             while True:
                 now = self._clock()
-                ready = [st for st in self._states.values()
-                         if not st.failed and st.backoff_until_ms <= now]
+                ready = [st for st in self._states.values() if st.core.is_ready(now)]
                 if not ready:
                     await self._idle(now)
                     continue
@@ -168,7 +178,7 @@ class ReplicaFetcher:
 
     async def _idle(self, now: int) -> None:
         self._wake.clear()
-        pending = [st.backoff_until_ms for st in self._states.values() if not st.failed]
+        pending = [st.core.delayed_until_ms for st in self._states.values() if not st.failed]
         timeout = max(0, min(pending) - now) / 1000 if pending else None
         try:
             await asyncio.wait_for(self._wake.wait(), timeout)
@@ -205,12 +215,11 @@ class ReplicaFetcher:
         pmax = self.settings.partition_max_bytes
         for st in ready:
             part = st.partition
-            offset, last_epoch = part.fetch_position()
-            st.sent_offset = offset
+            pos = st.core.next_position(log_view(part))
             topics.setdefault(part.topic, []).append({
-                "partition": part.index, "fetch_offset": offset,
-                "current_leader_epoch": st.leader_epoch, "last_fetched_epoch": last_epoch,
-                "log_start_offset": part.log_start_offset, "partition_max_bytes": pmax})
+                "partition": part.index, "fetch_offset": pos.fetch_offset,
+                "current_leader_epoch": pos.current_leader_epoch, "last_fetched_epoch": pos.last_fetched_epoch,
+                "log_start_offset": pos.log_start_offset, "partition_max_bytes": pmax})
         s = self.settings
         return {"replica_id": s.replica_id, "broker_epoch": self.broker_epoch(),
                 "max_wait_ms": s.wait_max_ms, "min_bytes": s.min_bytes, "max_bytes": s.response_max_bytes,
@@ -230,43 +239,25 @@ class ReplicaFetcher:
                 if st is None or self._states.get(key) is not st:
                     continue            # removed or restarted while the request was in flight
                 part = st.partition
-                if part.leo != st.sent_offset:
-                    continue            # the log moved meanwhile (R3.1): refetch from the new LEO
-                code = e.get("error", 0)
-                if code == 0:
-                    div = e.get("diverging_epoch")
-                    if div is not None and div.get("epoch", -1) >= -1 and div.get("end_offset", -1) >= 0:
-                        self._truncate(st, div["epoch"], div["end_offset"], now)
-                        continue
-                    try:
-                        n = part.append_as_follower(e.get("records") or b"", now)
-                    except UnexpectedAppendOffset as exc:
-                        self._partition_error(st, exc.code, now, str(exc))
-                        continue
-                    except KafkaError as exc:
-                        self._partition_error(st, exc.code, now, exc.message)
-                        continue
-                    old_hw = part.update_follower_hw(e.get("high_watermark", -1),
-                                                     e.get("log_start_offset", -1), now)
-                    st.truncating_rounds = 0
-                    if st.last_error:
-                        st.last_error = 0
-                    if n:
-                        appended.append(part)
-                    progress.append((part, old_hw, n))
-                elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
-                    out_of_range.append(st)
-                elif code == ErrorCode.FENCED_LEADER_EPOCH:
-                    # Our request carried st.leader_epoch (a newer epoch replaces the state).
-                    st.failed = True
-                    self._note_error(st, code, now, f"leader {self.leader_id} fenced our epoch "
-                                     f"{st.leader_epoch}: stop fetching until newer metadata (R7)")
-                else:
-                    self._partition_error(st, code, now, e.get("message", ""))
+                written = 0
+                for action in st.core.on_fetch_answer(fetch_answer(e), log_view(part), now):
+                    if isinstance(action, Append):
+                        n = self._append(st, e.get("records") or b"", now)
+                        if n is None:
+                            break
+                        written = n
+                        if n:
+                            appended.append(part)
+                    elif isinstance(action, UpdateHighWatermark):
+                        old_hw = part.update_follower_hw(action.leader_hw, action.leader_log_start, now)
+                        progress.append((part, old_hw, written))
+                    elif isinstance(action, ListLeaderOffset):
+                        out_of_range.append(st)
+                    else:
+                        self._carry_truncation(st, action, now)
         for key, st in unanswered.items():
             if self._states.get(key) is st:
-                self._partition_error(st, ErrorCode.UNKNOWN_SERVER_ERROR, now,
-                                      "the leader's answer left this partition out")
+                st.core.on_error(ErrorCode.UNKNOWN_SERVER_ERROR, now, "the leader's answer left this partition out")
         if appended:
             await self.hooks.flush(appended)
         for part, old_hw, n in progress:
@@ -275,42 +266,54 @@ class ReplicaFetcher:
             if self._states.get(st.partition.key) is st:
                 await self._handle_out_of_range(conn, st)
 
-    # ------------------------------------------------------------ reactions
+    # ------------------------------------------------------------ carrying actions out
 
-    def _truncate(self, st: FetchState, epoch: int, end_offset: int, now: int) -> None:
-        """R4: truncate by the leader's diverging epoch; maybe another round."""
+    def _append(self, st: FetchState, records: bytes, now: int) -> int | None:
+        """Append: the bytes written, or None when the log refused them (the core backs off)."""
+        try:
+            n = st.partition.append_as_follower(records, now)
+        except UnexpectedAppendOffset as exc:
+            st.core.on_error(exc.code, now, str(exc))
+            return None
+        except KafkaError as exc:
+            st.core.on_error(exc.code, now, exc.message)
+            return None
+        st.core.on_appended(n, now)
+        return n
+
+    def _carry_truncation(self, st: FetchState, action: Action, now: int) -> None:
         part = st.partition
-        _, done = part.truncate_on_divergence(epoch, end_offset, now)
-        st.truncating_rounds = 0 if done else st.truncating_rounds + 1
+        before = log_view(part)
+        if isinstance(action, Truncate):
+            part.truncate_to(action.offset, now, action.reason)
+        elif isinstance(action, TruncateFullyAndStartAt):
+            part.truncate_fully_and_start_at(action.offset, now, action.reason)
+        else:  # pragma: no cover - every action kind is handled above
+            raise TypeError(f"unexpected follower action {action!r}")
+        st.core.on_truncated(before, log_view(part), now)
         self.hooks.on_follower_truncated(part)
 
     async def _handle_out_of_range(self, conn: Any, st: FetchState) -> None:
-        """R6: ask the leader for its LEO (as a replica) and log start, then
-        truncate to its LEO, or restart at its log start, or just refetch."""
+        """R6: ask the leader for its LEO (as a replica) and, when the core asks, its
+        log start; the core decides between truncating, restarting and backing off."""
         part = st.partition
         now = self._clock()
         try:
             leader_leo = await self._list_offset(conn, st, LATEST_TIMESTAMP)
             if self._states.get(part.key) is not st:
                 return
-            if leader_leo < part.leo:
-                part.truncate_to(leader_leo, now, f"leader {self.leader_id} LEO {leader_leo} is below "
-                                 f"ours after OFFSET_OUT_OF_RANGE (R6)")
-                self.hooks.on_follower_truncated(part)
-                return
-            leader_start = await self._list_offset(conn, st, EARLIEST_TIMESTAMP)
-            if self._states.get(part.key) is not st:
-                return
-            if leader_start > part.leo:
-                part.truncate_fully_and_start_at(
-                    leader_start, now, f"leader {self.leader_id} log starts at {leader_start}, "
-                    f"beyond our LEO {part.leo} (R6)")
-                self.hooks.on_follower_truncated(part)
-                return
-            self._partition_error(st, ErrorCode.OFFSET_OUT_OF_RANGE, now,
-                                  f"leader log [{leader_start}, {leader_leo}] holds our LEO {part.leo}")
+            now = self._clock()
+            actions = st.core.on_leader_log_end(leader_leo, log_view(part), now)
+            if actions and isinstance(actions[0], ListLeaderOffset):
+                leader_start = await self._list_offset(conn, st, EARLIEST_TIMESTAMP)
+                if self._states.get(part.key) is not st:
+                    return
+                now = self._clock()
+                actions = st.core.on_leader_log_start(leader_start, leader_leo, log_view(part), now)
+            for action in actions:
+                self._carry_truncation(st, action, now)
         except KafkaError as exc:
-            self._partition_error(st, exc.code, now, f"ListOffsets after OFFSET_OUT_OF_RANGE: {exc}")
+            st.core.on_error(exc.code, self._clock(), f"ListOffsets after OFFSET_OUT_OF_RANGE: {exc}")
 
     async def _list_offset(self, conn: Any, st: FetchState, timestamp: int) -> int:
         part = st.partition
@@ -330,23 +333,10 @@ class ReplicaFetcher:
                     return int(p["offset"])
         raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "ListOffsets answer misses the partition")
 
-    def _partition_error(self, st: FetchState, code: int, now: int, message: str) -> None:
-        """R7: back off this partition for replica.fetch.backoff.ms."""
-        st.backoff_until_ms = now + self.settings.backoff_ms
-        self._note_error(st, code, now, message)
-
-    def _note_error(self, st: FetchState, code: int, now: int, message: str) -> None:
-        if st.last_error != code:
-            st.last_error = code
-            self._emit("fetch_error", st.partition.name, None, error_name(code),
-                       f"fetch from leader {self.leader_id} at epoch {st.leader_epoch}: "
-                       f"{error_name(code)}{': ' + message if message else ''}",
-                       leader=self.leader_id, failed=st.failed)
-
     def _on_transport_error(self, sts: list[FetchState], exc: KafkaError) -> None:
         now = self._clock()
         for st in sts:
-            st.backoff_until_ms = now + self.settings.backoff_ms
+            st.core.on_transport_error(now)
         msg = str(exc)
         if msg != self._transport_error:
             self._transport_error = msg
@@ -357,6 +347,22 @@ class ReplicaFetcher:
 
     def _emit(self, kind: str, partition: str, before: Any, after: Any, reason: str, **extra: Any) -> None:
         self._sink(Event(kind, self._clock(), partition, before, after, reason, extra))
+
+
+def log_view(part: Partition) -> LogView:
+    """The local log as the follower core sees it."""
+    return LogView(part.leo, part.log_start_offset, tuple(part.log.epoch_cache.entries))
+
+
+def fetch_answer(e: dict[str, Any]) -> FetchAnswer:
+    """One partition's entry of a Fetch answer, as the follower core takes it."""
+    div = e.get("diverging_epoch")
+    diverging = None
+    if div is not None and div.get("epoch", -1) >= -1 and div.get("end_offset", -1) >= 0:
+        diverging = (int(div["epoch"]), int(div["end_offset"]))
+    return FetchAnswer(error=e.get("error", 0), high_watermark=e.get("high_watermark", -1),
+                       log_start_offset=e.get("log_start_offset", -1), has_records=bool(e.get("records")),
+                       diverging_epoch=diverging, message=e.get("message", "") or "")
 
 
 class FetcherManager:

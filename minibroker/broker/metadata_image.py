@@ -18,7 +18,8 @@ from collections.abc import Iterable
 
 from minibroker.config import DEFAULTS, Config, topic_config
 from minibroker.metadata import (
-    NO_LEADER, BrokerRecord, MetadataRecord, PartitionRecord, RemoveTopicRecord, TopicRecord, from_wire,
+    CLUSTER_DEFAULT, NO_LEADER, BrokerConfigRecord, BrokerRecord, MetadataRecord, PartitionRecord, RemoveTopicRecord,
+    TopicRecord, from_wire,
 )
 
 
@@ -35,11 +36,12 @@ class MetadataDelta:
     topics: list[TopicRecord] = field(default_factory=list)
     removed_topics: list[str] = field(default_factory=list)
     removed_partitions: list[PartitionRecord] = field(default_factory=list)
+    broker_configs: list[int] = field(default_factory=list)                     # whose dynamic configs changed
     ignored_partitions: list[PartitionRecord] = field(default_factory=list)   # stale by I7
     snapshot: bool = False
 
     def __bool__(self) -> bool:
-        return bool(self.partitions or self.brokers or self.topics or self.removed_topics)
+        return bool(self.partitions or self.brokers or self.topics or self.removed_topics or self.broker_configs)
 
 
 class MetadataImage:
@@ -54,6 +56,8 @@ class MetadataImage:
         self.topics: dict[str, TopicRecord] = {}
         self.partitions: dict[tuple[str, int], PartitionRecord] = {}
         self._by_topic: dict[str, dict[int, PartitionRecord]] = {}
+        # Dynamic broker configs by broker id (CLUSTER_DEFAULT: every broker), from the log.
+        self.broker_configs: dict[int, dict[str, str]] = {}
         # Learned from the controller (DescribeCluster), not from the log.
         self.cluster_id = ""
         self.controller_id = -1
@@ -67,8 +71,19 @@ class MetadataImage:
         return (e.host, e.port) if e is not None else None
 
     def topic_config(self, topic: str, key: str) -> str:
+        """The topic's override, else this broker's dynamic config, else the cluster's dynamic
+        default, else this broker's property (Kafka's precedence)."""
         t = self.topics.get(topic)
-        return topic_config(t.configs if t is not None else {}, self.config, key)
+        return topic_config(t.configs if t is not None else {}, self.effective_broker_config(), key)
+
+    def effective_broker_config(self) -> Config:
+        """This broker's properties under the dynamic configs from the metadata log."""
+        try:
+            me = int(self.config.get("node.id", "-1"))
+        except ValueError:
+            me = -1
+        dyn = {**self.broker_configs.get(CLUSTER_DEFAULT, {}), **self.broker_configs.get(me, {})}
+        return self.config.with_overrides(dyn) if dyn else self.config
 
     def topic_configs(self, topic: str) -> dict[str, str]:
         t = self.topics.get(topic)
@@ -136,6 +151,10 @@ class MetadataImage:
             self._put_broker(r, changed_b)
         for r in new_topics.values():
             self._put_topic(r, changed_t)
+        new_configs = {r.broker_id: dict(r.configs) for r in snapshot if isinstance(r, BrokerConfigRecord)}
+        if new_configs != self.broker_configs:
+            delta.broker_configs = sorted(set(new_configs) | set(self.broker_configs))
+            self.broker_configs = new_configs
         for r in snapshot:
             if isinstance(r, PartitionRecord):
                 self._put_partition(r, delta, changed_p)
@@ -153,6 +172,14 @@ class MetadataImage:
                 for k in [k for k in changed_p if k[0] == rec.topic]:
                     del changed_p[k]
             self._put_topic(rec, changed_t)
+        elif isinstance(rec, BrokerConfigRecord):
+            if self.broker_configs.get(rec.broker_id, {}) != rec.configs:
+                if rec.configs:
+                    self.broker_configs[rec.broker_id] = dict(rec.configs)
+                else:
+                    self.broker_configs.pop(rec.broker_id, None)
+                if rec.broker_id not in delta.broker_configs:
+                    delta.broker_configs.append(rec.broker_id)
         elif isinstance(rec, RemoveTopicRecord):
             self._remove_topic(rec.topic, delta)
             for k in [k for k in changed_p if k[0] == rec.topic]:

@@ -14,7 +14,10 @@ completes waiters and wakes parked fetches afterwards.
 
 Every check that Kafka's Partition does before a read lives here
 (epoch fencing F3, the divergence check F5, read bounds F1/F6); the
-rules about followers (L2, I3, H1...) stay in the core.
+leader's rules about followers (L2, I3, H1...) stay in the leader core, and
+a follower's rules (truncation target, HW from the leader, log start, R3-R7)
+in the follower core (minibroker.replication.follower_core), whose actions
+the fetcher carries out through this class's follower methods.
 """
 from __future__ import annotations
 
@@ -28,7 +31,8 @@ from minibroker.errors import ErrorCode
 from minibroker.events import Event, EventSink
 from minibroker.metadata import NO_LEADER, PartitionRecord
 from minibroker.records import stamp
-from minibroker.replication import Decision, PartitionLeader, Profile, truncation_offset
+from minibroker.replication import Decision, PartitionLeader, Profile
+from minibroker.replication.follower_core import follower_high_watermark, follows_log_start
 
 LEADER = "leader"
 FOLLOWER = "follower"
@@ -281,11 +285,6 @@ class Partition:
 
     # ------------------------------------------------------------ follower
 
-    def fetch_position(self) -> tuple[int, int]:
-        """(next fetch offset = LEO, last fetched epoch) for the next Fetch (R2)."""
-        epoch = self.log.latest_epoch
-        return self.log.log_end_offset, UNDEFINED if epoch is None else epoch
-
     def initial_fetch_offset(self, now_ms: int) -> int:
         """R1: the LEO when the log has epochs; otherwise the HW, truncating
         to it first (a no-op for an empty log)."""
@@ -310,11 +309,11 @@ class Partition:
     def update_follower_hw(self, leader_hw: int, leader_log_start: int, now_ms: int) -> int:
         """R3.4/R3.5: HW = clamp(leader HW, log start, LEO), and follow the
         leader's log start forward. Returns the old HW (the HW may drop)."""
-        if leader_log_start > self.log.log_start_offset and leader_log_start <= self.log.log_end_offset:
+        if follows_log_start(leader_log_start, self.log.log_start_offset, self.log.log_end_offset):
             self.log.maybe_increment_log_start_offset(
                 leader_log_start, reason=f"leader {self.leader_id} log start offset is {leader_log_start}")
         old = self._hw
-        new = self._clamp(leader_hw)
+        new = follower_high_watermark(leader_hw, self.log.log_start_offset, self.log.log_end_offset)
         if new != old:
             self._hw = new
             if new < old:
@@ -327,16 +326,6 @@ class Partition:
         """H6: the log start moved (retention); a follower's HW is pushed up to it."""
         if self.core is None:
             self._hw = self._clamp(self._hw)
-
-    def truncate_on_divergence(self, diverging_epoch: int, diverging_end: int, now_ms: int) -> tuple[int, bool]:
-        """R4: truncate after the leader answered a diverging epoch. Returns
-        (new LEO, done); not done means another round may truncate further."""
-        leo = self.log.log_end_offset
-        target, done = truncation_offset(diverging_epoch, diverging_end, self.log.end_offset_for_epoch, leo)
-        reason = (f"leader {self.leader_id} (epoch {self.leader_epoch}) answered diverging epoch "
-                  f"{diverging_epoch} ending at {diverging_end}; local LEO {leo}"
-                  + ("" if done else "; epoch unknown to us, fetching again"))
-        return self.truncate_to(target, now_ms, reason), done
 
     def truncate_to(self, offset: int, now_ms: int, reason: str) -> int:
         """R5: drop everything at or above `offset` (and epoch entries from

@@ -21,7 +21,7 @@ import logging
 from typing import Any
 from collections.abc import Callable, Iterable
 
-from minibroker.broker.clock import now_ms as wall_now_ms
+from minibroker.clock import now_ms as wall_now_ms
 from minibroker.broker.fetcher import FetcherManager, FetcherSettings
 from minibroker.broker.partition import FOLLOWER, LEADER, NONE, Partition, ReadResult
 from minibroker.broker.purgatory import DelayedFetch, DelayedProduce, FetchPurgatory
@@ -31,7 +31,7 @@ from minibroker.events import Event, EventSink
 from minibroker.limits import clamp_batch_size, fetch_records_budget
 from minibroker.metadata import NO_LEADER, BrokerRecord, PartitionRecord
 from minibroker.net.server import RequestContext
-from minibroker.protocol.api import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from minibroker.protocol.api import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 from minibroker.replication import Decision, PartitionLeader, profile_by_name
 from minibroker.storage import LogConfig
 from minibroker.storage.log_config import PROPERTY_NAMES
@@ -178,6 +178,14 @@ class ReplicaManager:
         gone = [p for k, p in self._partitions.items() if k[0] not in self.image.topics]
         for part in gone:
             self._stop_replica(part, now_ms, f"topic {part.topic} deleted", delete=True)
+
+    def on_configs_changed(self, now_ms: int) -> None:
+        """Triggered when metadata changed a topic's or a broker's dynamic configs: every
+        leader here takes its topic's effective min.insync.replicas at once."""
+        for part in self._partitions.values():
+            core = part.core
+            if core is not None:
+                self._apply(part, core.on_min_isr_changed(self._min_isr(part.topic), now_ms), now_ms)
 
     def on_partitions_removed(self, partitions: list[PartitionRecord], now_ms: int) -> None:
         """Triggered when metadata removed a topic: stop and delete its replicas."""
@@ -735,9 +743,35 @@ class ReplicaManager:
                 done += 1
                 if done % REQUEST_SLICE == 0:
                     await asyncio.sleep(0)
-                plist.append(self._list_offset(t["topic"], p, replica_id))
+                entry = self._list_offset(t["topic"], p, replica_id)
+                if entry.pop("by_time", False):
+                    entry = await self._list_offset_by_time(t["topic"], p, entry)
+                plist.append(entry)
             out.append({"topic": t["topic"], "partitions": plist})
         return {"topics": out}
+
+    async def _list_offset_by_time(self, topic: str, p: dict, entry: dict) -> dict:
+        """A timestamp >= 0 or MAX_TIMESTAMP, looked up in the log below the HW off the loop;
+        no match answers offset -1, as Kafka."""
+        part = self._partitions.get((topic, p["partition"]))
+        if part is None or part.core is None:
+            entry["error"] = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            return entry
+        ts, hw = p["timestamp"], part.core.hw
+        try:
+            if ts == MAX_TIMESTAMP:
+                found = await asyncio.to_thread(part.log.offset_of_max_timestamp, hw)
+            else:
+                found = await asyncio.to_thread(part.log.offset_for_timestamp, ts, hw)
+        except (OSError, ValueError) as exc:
+            entry["error"] = int(ErrorCode.KAFKA_STORAGE_ERROR)
+            entry["message"] = f"timestamp lookup failed: {exc}"
+            return entry
+        if found is not None:
+            entry["offset"], entry["timestamp"] = found
+            epoch = part.log.epoch_cache.epoch_for_offset(found[0])
+            entry["leader_epoch"] = -1 if epoch is None else epoch
+        return entry
 
     def _list_offset(self, topic: str, p: dict, replica_id: int) -> dict:
         entry: dict[str, Any] = {"partition": p["partition"], "error": 0, "offset": -1,
@@ -769,9 +803,11 @@ class ReplicaManager:
             else:
                 entry["offset"] = core.hw
             entry["leader_epoch"] = core.leader_epoch
+        elif ts >= 0 or ts == MAX_TIMESTAMP:
+            entry["by_time"] = True
         else:
             entry["error"] = int(ErrorCode.INVALID_REQUEST)
-            entry["message"] = f"timestamp {ts}: only -1 (latest) and -2 (earliest) are supported"
+            entry["message"] = f"timestamp {ts}: expected -1 (latest), -2 (earliest), -3 (max timestamp) or >= 0"
         return entry
 
     # ================================================================ status
@@ -809,9 +845,7 @@ class ReplicaManager:
                     "replicas": [{"broker_id": r, "leo": part.leo if r == self.node_id else -1,
                                   "last_caught_up_ms_ago": None, "last_fetch_ms_ago": None,
                                   "in_isr": r in part.isr, "caught_up": None} for r in part.replicas],
-                    "fetch_state": None if st is None else {
-                        "leader": part.leader_id, "leader_epoch": st.leader_epoch, "failed": st.failed,
-                        "backing_off": st.backoff_until_ms > now, "last_error": st.last_error},
+                    "fetch_state": None if st is None else st.core.status(now),
                 })
             out.append(entry)
         return {"node_id": self.node_id, "partitions": out}

@@ -31,7 +31,7 @@ from typing import Any
 from collections.abc import Awaitable, Callable
 
 import minibroker
-from minibroker.broker.clock import now_ms
+from minibroker.clock import now_ms
 from minibroker.broker.controller_channel import BrokerLifecycle, BrokerState, ControllerChannel
 from minibroker.broker.eventlog import EventLog
 from minibroker.broker.metadata_image import MetadataDelta, MetadataImage
@@ -39,13 +39,22 @@ from minibroker.broker.peers import InterBrokerConnections
 from minibroker.broker import tail
 from minibroker.config import Config, ConfigError, parse_listeners
 from minibroker.limits import clamp_batch_size
+from minibroker.dynamic_config import ResourceType, broker_entries, default_entries, entry_to_wire, topic_entries
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.events import Event
-from minibroker.metadata import NO_LEADER
+from minibroker.kafka.handlers import KafkaApis
+from minibroker.kafka.server import KafkaConnection, serve_kafka
+from minibroker.metadata import CLUSTER_DEFAULT, NO_LEADER
+from minibroker.metrics.counts import EventCounts
+from minibroker.metrics.families import Family, broker_families
+from minibroker.metrics.server import MetricsServer
+from minibroker.net.credentials import cluster_secret
 from minibroker.net.server import Dispatcher, HandlerSpec, RequestContext, serve
+from minibroker.net.tls import listener_protocol, peer_context, server_context
 from minibroker.protocol.api import REQUESTS, ApiKey
 from minibroker.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 from minibroker.protocol.schema import Nullable, Opt
+from minibroker.storage.data_format import DataDirFormatError, ensure_record_format
 
 log = logging.getLogger("minibroker.broker")
 
@@ -76,10 +85,21 @@ def listener_plan(config: Config) -> tuple[dict[str, tuple[str, int]], dict[str,
             out[name] = advertised[name]
         else:
             out[name] = (socket.gethostname() if host in ("0.0.0.0", "", "::") else host, port)
-    inter = (config.get("inter.broker.listener.name", "") or next(iter(binds))).upper()
+    kafka = kafka_listener_names(config)
+    msgpack = [n for n in binds if n not in kafka]
+    inter = (config.get("inter.broker.listener.name", "") or (msgpack[0] if msgpack else next(iter(binds)))).upper()
     if inter not in binds:
         raise ConfigError(f"inter.broker.listener.name: {inter} is not one of listeners ({', '.join(binds)})")
+    if inter in kafka:
+        raise ConfigError(f"inter.broker.listener.name: {inter} is a Kafka-protocol listener "
+                          f"(minibroker.kafka.listener.names); brokers replicate over a minibroker listener")
     return binds, out, inter
+
+
+def kafka_listener_names(config: Config) -> set[str]:
+    """Listeners that speak Kafka's wire protocol (minibroker.kafka.listener.names,
+    as Kafka's controller.listener.names names the listeners that speak KRaft)."""
+    return {n.upper() for n in config.get_list("minibroker.kafka.listener.names")}
 
 
 def log_dirs(config: Config) -> list[str]:
@@ -195,7 +215,10 @@ class BrokerServer:
             raise ConfigError("node.id: must be set to a non-negative broker id")
         self.binds, self.advertised, self.inter_broker_listener = listener_plan(config)
         self.dirs = log_dirs(config)
-        self.secret = config.get("minibroker.cluster.secret")
+        self.secret = cluster_secret(config)
+        self.tls = {name: server_context(config, name) for name in self.binds
+                    if listener_protocol(config, name) == "SSL"}
+        self.peer_tls = peer_context(config, listener_protocol(config, self.inter_broker_listener))
         self.max_frame_bytes = config.get_int("socket.request.max.bytes")
         self.controlled_shutdown_timeout_ms = int(config.get(
             "minibroker.controlled.shutdown.timeout.ms", str(DEFAULT_CONTROLLED_SHUTDOWN_TIMEOUT_MS)))
@@ -203,12 +226,18 @@ class BrokerServer:
         self.rack = rack or None
         self.events = EventLog(self.node_id)
         self.image = MetadataImage(config)
+        self.event_counts = EventCounts()
+        self.events.ring.subscribe(self.event_counts.observe)
+        self.metrics: MetricsServer | None = None
         self.lifecycle: BrokerLifecycle | None = None
         self.channel: ControllerChannel | None = None
         self.peers: InterBrokerConnections | None = None
         self.replica_manager: Any = None
         self.log_manager: Any = None
         self._servers: list[asyncio.AbstractServer] = []
+        self.kafka_listeners = kafka_listener_names(config) & set(self.binds)
+        self.kafka_connections: set[KafkaConnection] = set()
+        self.kafka_apis = KafkaApis(self)
         self.bound: dict[str, tuple[str, int]] = {}
         self._published = False
         self._serving: asyncio.Event | None = None
@@ -217,7 +246,8 @@ class BrokerServer:
         self._controlled = True
         self._hurry = False
         self.dispatcher = Dispatcher(self._handlers(), secret=self.secret, role="broker",
-                                     max_frame_bytes=self.max_frame_bytes, describe=self._describe)
+                                     max_frame_bytes=self.max_frame_bytes, describe=self._describe,
+                                     failed_auth_delay_ms=config.get_int("connection.failed.authentication.delay.ms"))
         self.dispatcher.configure(config)
         tail.PROCESS_BUDGET.max_bytes = config.get_int("minibroker.tail.cache.max.bytes")
 
@@ -263,6 +293,10 @@ class BrokerServer:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            if isinstance(exc, DataDirFormatError):
+                log.error("broker %d refuses to start: %s", self.node_id, exc)
+                await self._shutdown(clean=False)
+                return 1
             if not self._stop.is_set():
                 log.exception("broker %d failed to start: %s", self.node_id, exc)
                 await self._shutdown(clean=False)
@@ -276,12 +310,20 @@ class BrokerServer:
         assert self._stop is not None
         previous_epoch = await asyncio.to_thread(self._prepare_dirs)
         for name, (host, port) in self.binds.items():
-            srv = await serve(self.dispatcher, host, port, name)
+            if name in self.kafka_listeners:
+                srv = await serve_kafka(self.kafka_apis.handle, host, port, name, self.max_frame_bytes,
+                                        self.kafka_connections,
+                                        int(self.config.get("connections.max.idle.ms", "600000")))
+            else:
+                srv = await serve(self.dispatcher, host, port, name, ssl_context=self.tls.get(name))
             self._servers.append(srv)
             bhost, bport = srv.sockets[0].getsockname()[:2]
             self.bound[name] = (bhost, bport)
             if self.advertised[name][1] == 0:
                 self.advertised[name] = (self.advertised[name][0], bport)
+        if self.config.get("metrics.listener", "").strip():
+            self.metrics = MetricsServer(self._metric_families)
+            await self.metrics.start(self.config.get("metrics.listener"))
         log.info("broker %d listening on %s (inter-broker listener %s)", self.node_id,
                  ", ".join(f"{n}://{h}:{p}" for n, (h, p) in self.bound.items()), self.inter_broker_listener)
         self.lifecycle = BrokerLifecycle(
@@ -290,7 +332,7 @@ class BrokerServer:
             previous_broker_epoch=previous_epoch)
         self.peers = InterBrokerConnections(node_id=self.node_id, image=self.image,
                                             listener=self.inter_broker_listener, secret=self.secret,
-                                            max_frame_bytes=self.max_frame_bytes)
+                                            max_frame_bytes=self.max_frame_bytes, ssl_context=self.peer_tls)
         self.channel = ControllerChannel(config=self.config, node_id=self.node_id, image=self.image,
                                          lifecycle=self.lifecycle, on_delta=self._on_delta, events=self._emit_state)
         self.channel.start()
@@ -323,8 +365,14 @@ class BrokerServer:
 
     def _prepare_dirs(self) -> int:
         for d in self.dirs:
-            os.makedirs(d, exist_ok=True)
+            ensure_record_format(d)
         return take_clean_shutdown_epoch(self.dirs)
+
+    def _metric_families(self) -> list[Family]:
+        """Triggered by each scrape of /metrics (on the event loop): the ReplicaStatus body, as `watch` reads it."""
+        status = self.replica_manager.replica_status(None) if self.replica_manager is not None else {}
+        return broker_families(status, lambda t: int(self.image.topic_config(t, "min.insync.replicas")),
+                               self.event_counts)
 
     def _emit_state(self, event: Event) -> None:
         self.events.emit(event)
@@ -338,6 +386,8 @@ class BrokerServer:
             return
         if delta.partitions or delta.brokers:
             self.replica_manager.on_metadata(delta.partitions, delta.brokers, now_ms())
+        if delta.topics or delta.broker_configs:
+            self.replica_manager.on_configs_changed(now_ms())
         if delta.removed_partitions and hasattr(self.replica_manager, "on_partitions_removed"):
             self.replica_manager.on_partitions_removed(delta.removed_partitions, now_ms())
 
@@ -355,9 +405,11 @@ class BrokerServer:
             ch.begin_shutdown(self._stop_reason or "shutdown")
         for srv in self._servers:
             srv.close()
-        for conn in list(self.dispatcher.connections):
+        for conn in [*self.dispatcher.connections, *self.kafka_connections]:
             if conn.transport is not None:
                 conn.transport.abort()
+        if self.metrics is not None:
+            await self.metrics.close()
         if ch is not None:
             await ch.close()
         ok = clean
@@ -390,10 +442,28 @@ class BrokerServer:
             ApiKey.CREATE_TOPICS: HandlerSpec(self._gated(self._create_topics)),
             ApiKey.DELETE_TOPICS: HandlerSpec(self._gated(self._delete_topics)),
             ApiKey.ELECT_LEADERS: HandlerSpec(self._gated(self._elect_leaders)),
+            ApiKey.DESCRIBE_CONFIGS: HandlerSpec(self._gated(self._describe_configs)),
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: HandlerSpec(self._gated(self._incremental_alter_configs)),
+            ApiKey.CREATE_PARTITIONS: HandlerSpec(self._gated(self._create_partitions)),
             ApiKey.DESCRIBE_CLUSTER: HandlerSpec(self._gated(self._describe_cluster)),
+            ApiKey.DESCRIBE_QUORUM: HandlerSpec(self._gated(self._describe_quorum)),
             ApiKey.REPLICA_STATUS: HandlerSpec(self._replica_status),
             ApiKey.EVENTS: HandlerSpec(self._events),
         }
+
+    def msgpack_handler(self, api: ApiKey) -> Callable[[RequestContext, dict], Awaitable[dict | None]] | None:
+        """The handler the minibroker listener runs for `api` (the Kafka listener calls the same ones)."""
+        spec = self.dispatcher.handlers.get(api)
+        return spec.fn if spec is not None else None
+
+    async def until_serving(self) -> None:
+        """Returns once the broker is RUNNING (requests other than ApiVersions wait for it)."""
+        if self._serving is None:
+            raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, "broker is starting")
+        await self._serving.wait()
+
+    def broker_epoch(self) -> int:
+        return self.lifecycle.broker_epoch if self.lifecycle is not None else -1
 
     def _gated(self, fn: Callable[[RequestContext, dict], Awaitable[dict | None]]):
         async def handler(ctx: RequestContext, body: dict) -> dict | None:
@@ -456,6 +526,36 @@ class BrokerServer:
         return await self.channel.forward(ApiKey.ELECT_LEADERS, strip_defaults(body, REQUESTS[ApiKey.ELECT_LEADERS]),
                                           max(0, body.get("timeout_ms", 30_000)) + 5000)
 
+    async def _describe_configs(self, ctx: RequestContext, body: dict) -> dict:
+        """Answered from this broker's image and its own properties (a broker resource
+        names this broker, or "" for the cluster default, as Kafka's admin routes it)."""
+        return {"results": [describe_config_resource(self.image, self.config, self.node_id, r)
+                            for r in body["resources"]]}
+
+    async def _incremental_alter_configs(self, ctx: RequestContext, body: dict) -> dict:
+        """Forwarded to the controller (KIP-590); answers once this broker's image holds the change."""
+        return await self._forward_then_catch_up(ApiKey.INCREMENTAL_ALTER_CONFIGS, body, 30_000)
+
+    async def _create_partitions(self, ctx: RequestContext, body: dict) -> dict:
+        """Forwarded to the controller; answers once this broker's image holds the new partitions."""
+        return await self._forward_then_catch_up(ApiKey.CREATE_PARTITIONS, body, max(0, body.get("timeout_ms", 30_000)))
+
+    async def _forward_then_catch_up(self, api: ApiKey, body: dict, timeout_ms: int) -> dict:
+        assert self.channel is not None
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        resp = await self.channel.forward(api, strip_defaults(body, REQUESTS[api]), timeout_ms + 5000)
+        upto = resp.pop("metadata_offset", -1)
+        if not resp.get("error", 0) and upto >= 0:
+            remaining = max(0, int(timeout_ms - (loop.time() - start) * 1000))
+            await self.channel.wait_for(lambda: self.image.offset > upto, remaining)
+        return resp
+
+    async def _describe_quorum(self, ctx: RequestContext, body: dict) -> dict:
+        """Forwarded to the controller, as Kafka's brokers forward DescribeQuorum (KIP-836)."""
+        assert self.channel is not None
+        return await self.channel.forward(ApiKey.DESCRIBE_QUORUM, body, 30_000)
+
     async def _describe_cluster(self, ctx: RequestContext, body: dict) -> dict:
         assert self.channel is not None
         return await self.channel.forward(ApiKey.DESCRIBE_CLUSTER, body, 30_000)
@@ -468,6 +568,34 @@ class BrokerServer:
     async def _events(self, ctx: RequestContext, body: dict) -> dict:
         max_wait = min(max(0, body["max_wait_ms"]), 60_000)
         return await self.events.poll(body["from_seq"], max_wait, max(0, min(body["max_events"], 10_000)))
+
+
+def describe_config_resource(image: MetadataImage, config: Config, node_id: int, r: dict[str, Any]) -> dict[str, Any]:
+    """One DescribeConfigs result: the resource's entries with sources and synonyms."""
+    rtype, name = r["resource_type"], r["resource_name"]
+    out: dict[str, Any] = {"resource_type": rtype, "resource_name": name, "error": 0, "message": "", "configs": []}
+    dynamic = image.broker_configs
+    if rtype == ResourceType.TOPIC:
+        t = image.topics.get(name)
+        if t is None:
+            out.update(error=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), message=f"Topic {name} does not exist")
+            return out
+        entries = topic_entries(t.configs, dynamic.get(node_id, {}), dynamic.get(CLUSTER_DEFAULT, {}),
+                                config.as_dict())
+    elif rtype == ResourceType.BROKER and name == "":
+        entries = default_entries(dynamic.get(CLUSTER_DEFAULT, {}))
+    elif rtype == ResourceType.BROKER and name == str(node_id):
+        entries = broker_entries(dynamic.get(node_id, {}), dynamic.get(CLUSTER_DEFAULT, {}), config.as_dict())
+    elif rtype == ResourceType.BROKER:
+        out.update(error=int(ErrorCode.INVALID_REQUEST),
+                   message=f"broker {node_id} describes its own configs, not broker {name!r}'s: ask that broker")
+        return out
+    else:
+        out.update(error=int(ErrorCode.INVALID_REQUEST), message=f"unsupported resource type {rtype}")
+        return out
+    wanted = r.get("names")
+    out["configs"] = [entry_to_wire(e) for e in entries if wanted is None or e.name in wanted]
+    return out
 
 
 def strip_defaults(value: Any, spec: Any) -> Any:

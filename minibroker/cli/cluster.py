@@ -20,6 +20,11 @@ def _dir(data_dir: str | None) -> str:
     return os.path.abspath(data_dir or default_data_dir())
 
 
+def hint(command: str, data_dir: str) -> str:
+    """`minibroker COMMAND`, with `--data-dir` when the cluster is not in the default directory."""
+    return f"minibroker {command}" + ("" if os.path.abspath(data_dir) == _dir(None) else f" --data-dir {data_dir}")
+
+
 @click.group()
 def cluster() -> None:
     """A local cluster of real processes: controller + brokers on 127.0.0.x."""
@@ -34,15 +39,20 @@ def cluster() -> None:
 @click.option("--no-proxy", is_flag=True, help="No fault proxy between processes (isolate/heal unavailable).")
 @click.option("--random-ports", is_flag=True, help="Random 127.x.y.z addresses and free ports instead of "
               "127.0.0.1-3:9092 (to run beside another cluster).")
+@click.option("--racks", metavar="RACK[,RACK...]",
+              help="broker.rack names, cycled over the brokers in id order (--brokers 6 --racks a,b,c: two per "
+                   "rack) [default: zone-a, zone-b, ... one per broker].")
+@click.option("--tls", is_flag=True, help="Every listener speaks TLS, with a local CA and certificates made "
+              "under DATA_DIR/tls (clients: --command-config DATA_DIR/tls/client.properties).")
 @click.option("--timeout", type=float, default=60, show_default=True, help="Seconds to wait for every broker to run.")
 @handle_errors
 def up(data_dir: str | None, brokers: int, sets: tuple[str, ...], fast: bool, no_proxy: bool, random_ports: bool,
-       timeout: float) -> None:
+       tls: bool, racks: str | None, timeout: float) -> None:
     """Start the cluster (or restart a stopped one in the same directory); returns once every broker is RUNNING."""
     d = _dir(data_dir)
     if os.path.exists(state_path(d)):
         c = LocalCluster.load(d)
-        if sets or fast or no_proxy or brokers != 3:
+        if sets or fast or no_proxy or tls or racks or brokers != 3:
             click.echo(f"note: {d} already holds a cluster; starting it with its recorded settings", err=True)
         running = [i.name for i in c.info() if i.alive]
         if len(running) == len(c.process_names()):
@@ -50,8 +60,11 @@ def up(data_dir: str | None, brokers: int, sets: tuple[str, ...], fast: bool, no
             _print_access(c)
             return
     else:
+        rack_names = tuple(r.strip() for r in racks.split(",")) if racks else None
+        if rack_names is not None and not all(rack_names):
+            raise click.BadParameter(f"{racks!r}: expected comma-separated rack names", param_hint="--racks")
         c = LocalCluster.create(d, brokers=brokers, overrides=parse_kv(sets, "--set"), proxied=not no_proxy,
-                                fast=fast, free_ports=random_ports)
+                                fast=fast, free_ports=random_ports, tls=tls, racks=rack_names)
     c.start()
     try:
         run_async(c.wait_running(timeout))
@@ -66,10 +79,19 @@ def up(data_dir: str | None, brokers: int, sets: tuple[str, ...], fast: bool, no
 
 def _print_access(c: LocalCluster) -> None:
     click.echo(f"  bootstrap:  {c.bootstrap}")
+    if c.kafka_bootstrap:
+        click.echo(f"  kafka:      {c.kafka_bootstrap}")
     click.echo(f"  data dir:   {c.data_dir}  (logs: broker-N/broker.log, controller/controller.log)")
+    click.echo(f"  secret:     {c.layout.secret_file}  (mode 0600; SCRAM-SHA-256 between brokers and controller)")
+    if c.layout.tls:
+        click.echo(f"  tls:        every listener; CA {c.layout.ca_file}")
+        click.echo(f"  clients:    --command-config {c.layout.client_properties_file}")
     racks = ", ".join(f"{b.node_id}={b.rack}" for b in c.layout.brokers)
     click.echo(f"  racks:      {racks}")
-    click.echo("  stop with:  minibroker cluster down" + ("" if c.data_dir == _dir(None) else f" --data-dir {c.data_dir}"))
+    urls = c.layout.metrics_urls()
+    if urls:
+        click.echo(f"  metrics:    {', '.join(u for _, u in urls)}")
+    click.echo(f"  stop with:  {hint('cluster down', c.data_dir)}")
 
 
 @cluster.command()
@@ -85,7 +107,7 @@ def down(data_dir: str | None, purge: bool, timeout: float) -> None:
         shutil.rmtree(c.data_dir)
         click.echo(f"Cluster stopped; removed {c.data_dir}")
     else:
-        click.echo(f"Cluster stopped; data kept in {c.data_dir} (`minibroker cluster up` starts it again)")
+        click.echo(f"Cluster stopped; data kept in {c.data_dir} (`{hint('cluster up', c.data_dir)}` starts it again)")
 
 
 @cluster.command()
@@ -126,7 +148,8 @@ def _n(node: int) -> str:
 
 async def _broker_states(c: LocalCluster) -> dict[int, str]:
     out: dict[int, str] = {}
-    async with Admin(c.bootstrap, {"request.timeout.ms": "1500", "socket.connection.setup.timeout.ms": "1500"}) as admin:
+    async with Admin(c.bootstrap, {"request.timeout.ms": "1500", "socket.connection.setup.timeout.ms": "1500",
+                                   **c.client_properties}) as admin:
         async def one(b: int) -> None:
             spec = c.layout.broker(b)
             try:
@@ -174,7 +197,7 @@ def cut(data_dir: str | None, src: int, dst: int) -> None:
     (replica.lag.time.max.ms), not by fencing. `heal` restores it."""
     c = LocalCluster.load(_dir(data_dir))
     c.block(src, dst)
-    click.echo(f"cut: {_node_label(src)} -> {_node_label(dst)} (heal with: minibroker cluster heal)")
+    click.echo(f"cut: {_node_label(src)} -> {_node_label(dst)} (heal with: {hint('cluster heal', c.data_dir)})")
 
 
 @cluster.command()

@@ -6,14 +6,16 @@ import asyncio
 import functools
 import json
 import os
+import socket
 import sys
 from typing import Any, TypeVar
 from collections.abc import Awaitable, Callable
 
 import click
 
+from minibroker.client.config import COMMAND_CONFIG_ENV, command_config, parse_bootstrap
 from minibroker.config import ConfigError
-from minibroker.errors import KafkaError
+from minibroker.errors import ErrorCode, KafkaError
 from minibroker.testing.cluster import ClusterError, default_data_dir, state_path
 
 T = TypeVar("T")
@@ -34,10 +36,54 @@ def resolve_bootstrap(explicit: str | None) -> str:
         return DEFAULT_BOOTSTRAP
 
 
+BOOTSTRAP_CONNECT_TIMEOUT_S = 2.0
+
+
+def reachable_bootstrap(explicit: str | None) -> str:
+    """`resolve_bootstrap`, failing fast (KafkaError NETWORK_EXCEPTION naming each address and
+    why, e.g. "Connection refused") when no bootstrap address accepts a TCP connection within
+    BOOTSTRAP_CONNECT_TIMEOUT_S. Without it a client keeps reconnecting until its API timeout."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    bootstrap = resolve_bootstrap(explicit)
+    try:
+        addrs = parse_bootstrap(bootstrap)
+    except ConfigError as exc:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"bootstrap servers {bootstrap!r}: {exc}") from None
+
+    def probe(addr: tuple[str, int]) -> str | None:
+        try:
+            socket.create_connection(addr, timeout=BOOTSTRAP_CONNECT_TIMEOUT_S).close()
+            return None
+        except OSError as exc:
+            return f"{addr[0]}:{addr[1]}: {exc.strerror or exc or 'timed out'}"
+    with ThreadPoolExecutor(max_workers=min(8, len(addrs) or 1)) as pool:
+        errors = list(pool.map(probe, addrs))
+    if addrs and all(errors):
+        raise KafkaError(ErrorCode.NETWORK_EXCEPTION, "cannot connect to any bootstrap server ("
+                         + "; ".join(e for e in errors if e) + ")")
+    return bootstrap
+
+
 def bootstrap_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    fn = click.option("--command-config", metavar="FILE", expose_value=False, callback=_command_config,
+                      help="Client properties file with Kafka's names (security.protocol=SSL, "
+                           "ssl.truststore.location=ca.pem, ...) [default: $MINIBROKER_COMMAND_CONFIG].")(fn)
     return click.option("--bootstrap-server", "bootstrap_server", metavar="HOST:PORT[,HOST:PORT]",
                         help="Broker(s) to bootstrap from [default: $MINIBROKER_BOOTSTRAP, else the local "
                              "cluster's state file, else 127.0.0.1:9092].")(fn)
+
+
+def _command_config(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """--command-config FILE: every client this command builds reads its security settings
+    (through $MINIBROKER_COMMAND_CONFIG, which the client library honours)."""
+    if not value:
+        return
+    try:
+        command_config(value)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc).removeprefix("--command-config: "), ctx, param) from None
+    os.environ[COMMAND_CONFIG_ENV] = os.path.abspath(value)
 
 
 def run_async(coro: Awaitable[T]) -> T:
@@ -68,11 +114,13 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def parse_kv(pairs: tuple[str, ...], what: str) -> dict[str, str]:
+def parse_kv(pairs: tuple[str, ...], what: str, *, strip_values: bool = True) -> dict[str, str]:
+    """KEY=VALUE pairs; `strip_values=False` keeps a value's spaces, as Kafka's
+    parseKeyValueArgs does for --property (key.separator=' | ')."""
     out: dict[str, str] = {}
     for p in pairs:
         if "=" not in p:
             raise click.BadParameter(f"{p!r}: expected key=value", param_hint=what)
         k, v = p.split("=", 1)
-        out[k.strip()] = v.strip()
+        out[k.strip()] = v.strip() if strip_values else v
     return out

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 
 from minibroker.client.describe import PartitionDescription, TopicDescription
 from minibroker.client.types import TopicPartition
+from minibroker.dynamic_config import ConfigEntry, ConfigSource
 from minibroker.errors import KafkaError
 
 
@@ -16,7 +17,8 @@ def ids(xs: Iterable[int] | None) -> str:
 
 
 def topic_line(td: TopicDescription) -> str:
-    """TopicCommand.TopicDescription.printDescription; Configs lists non-default (topic-level) configs."""
+    """TopicCommand.TopicDescription.printDescription; Configs lists the non-default configs
+    (topic overrides and broker-level values, as DescribeConfigs reports them)."""
     out = f"Topic: {td.name}"
     if td.topic_id:
         out += f"\tTopicId: {td.topic_id}"
@@ -36,12 +38,17 @@ def partition_line(pd: PartitionDescription, *, leader_epoch: bool = False) -> s
 
 def describe_lines(topics: Iterable[TopicDescription], *, under_replicated: bool = False,
                    under_min_isr: bool = False, at_min_isr: bool = False, unavailable: bool = False,
-                   leader_epoch: bool = False) -> list[str]:
+                   leader_epoch: bool = False, with_overrides: bool = False) -> list[str]:
     """kafka-topics --describe: a topic line, then its partitions; with a filter only
-    the matching partitions and no topic lines (TopicCommand.DescribeOptions)."""
+    the matching partitions and no topic lines; with `with_overrides` (--topics-with-overrides)
+    only the topic lines of topics that have a non-default config (TopicCommand.DescribeOptions)."""
     filtered = under_replicated or under_min_isr or at_min_isr or unavailable
     lines: list[str] = []
     for td in topics:
+        if with_overrides and not filtered:
+            if td.configs:
+                lines.append(topic_line(td))
+            continue
         if not filtered:
             lines.append(topic_line(td))
         for pd in td.partitions:
@@ -56,6 +63,73 @@ def describe_lines(topics: Iterable[TopicDescription], *, under_replicated: bool
 def offsets_lines(topic: str, offsets: Mapping[int, int]) -> list[str]:
     """kafka-get-offsets: topic:partition:offset."""
     return [f"{topic}:{p}:{o}" for p, o in sorted(offsets.items())]
+
+
+def offset_skip_line(tp: TopicPartition, err: KafkaError) -> str:
+    """GetOffsetShell's stderr line for a partition it could not get an offset for."""
+    return f"Skip getting offsets for topic-partition {tp.topic}:{tp.partition} due to error: {err}"
+
+
+def partitions_from_json(text: str) -> list[TopicPartition]:
+    """kafka-leader-election's --path-to-json-file: {"partitions": [{"topic": T, "partition": N}, ...]};
+    ValueError says what is wrong (not JSON, a missing field, duplicates)."""
+    import json
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"not valid JSON: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("partitions"), list):
+        raise ValueError('expected {"partitions": [{"topic": "...", "partition": N}, ...]}')
+    out: list[TopicPartition] = []
+    for e in doc["partitions"]:
+        if not (isinstance(e, dict) and isinstance(e.get("topic"), str) and type(e.get("partition")) is int):
+            raise ValueError(f"partition entry {json.dumps(e)}: expected a string topic and an integer partition")
+        out.append(TopicPartition(e["topic"], e["partition"]))
+    dups = sorted({str(tp) for tp in out if out.count(tp) > 1})
+    if dups:
+        raise ValueError(f"Replica election data contains duplicate partitions: {', '.join(dups)}")
+    if not out:
+        raise ValueError("no partitions given")
+    return out
+
+
+def api_name(key: int) -> str:
+    """Kafka's ApiKeys name (Produce, ListOffsets, ...), minibroker's own keys likewise."""
+    from minibroker.protocol.api import ApiKey
+    try:
+        return "".join(w.capitalize() for w in ApiKey(key).name.split("_"))
+    except ValueError:
+        return "UNKNOWN"
+
+
+def api_versions_lines(address: str, node_id: int, rack: str | None,
+                       api_keys: Iterable[Mapping[str, int]]) -> list[str]:
+    """kafka-broker-api-versions: `HOST:PORT (id: N rack: R) -> (`, one `Name(key): min to max [usable: v]`
+    line per API (the highest version both sides speak), then `)`."""
+    keys = sorted(api_keys, key=lambda k: k["api"])
+    lines = [f"{address} (id: {node_id} rack: {rack or 'null'}) -> ("]
+    for i, k in enumerate(keys):
+        sep = "," if i < len(keys) - 1 else ""
+        lines.append(f"\t{api_name(k['api'])}({k['api']}): {k['min_v']} to {k['max_v']} [usable: {k['max_v']}]{sep}")
+    lines.append(")")
+    return lines
+
+
+def config_describe_lines(entity_type: str, name: str, entries: Iterable[ConfigEntry], *,
+                          only: ConfigSource | None) -> list[str]:
+    """kafka-configs --describe: a heading, then `  name=value sensitive=false synonyms={SOURCE:name=value, ...}`
+    for each entry (only those from source `only`, unless --all)."""
+    if name == "":
+        head = f"Default configs for {entity_type} in the cluster are:"
+    else:
+        head = f"{'All' if only is None else 'Dynamic'} configs for {entity_type[:-1]} {name} are:"
+    lines = [head]
+    for e in entries:
+        if only is not None and e.source != only:
+            continue
+        syn = ", ".join(f"{s.name}:{n}={v}" for s, n, v in e.synonyms)
+        lines.append(f"  {e.name}={e.value} sensitive=false synonyms={{{syn}}}")
+    return lines
 
 
 def election_lines(election_type: str, results: Mapping[TopicPartition, KafkaError | None]) -> tuple[list[str], int]:

@@ -7,13 +7,19 @@ from __future__ import annotations
 import click
 
 import minibroker
+from minibroker.cli.api_versions import broker_api_versions
 from minibroker.cli.cluster import cluster
+from minibroker.cli.configs import configs
 from minibroker.cli.consume import consume
 from minibroker.cli.election import leader_election
 from minibroker.cli.health import health
 from minibroker.cli.offsets import offsets
 from minibroker.cli.process import broker, controller, trace
 from minibroker.cli.produce import produce
+from minibroker.cli.sim import sim
+from minibroker.cli.storage import storage
+from minibroker.cli.secret import secret
+from minibroker.cli.quorum import metadata_quorum
 from minibroker.cli.topics import topics
 from minibroker.cli.verify import verify
 from minibroker.cli.watch import watch
@@ -25,8 +31,8 @@ def cli() -> None:
     """minibroker: a Kafka-style replicated broker for learning and testing Kafka's replication."""
 
 
-for command in (topics, produce, consume, offsets, leader_election, watch, health, cluster, controller, broker, trace,
-                verify):
+for command in (topics, produce, consume, offsets, configs, leader_election, broker_api_versions, metadata_quorum,
+                watch, health, cluster, controller, broker, trace, verify, sim, storage, secret):
     cli.add_command(command)
 
 

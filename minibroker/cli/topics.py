@@ -1,17 +1,20 @@
-"""`minibroker topics create|list|describe|delete` (kafka-topics)."""
+"""`minibroker topics create|list|describe|alter|delete` (kafka-topics)."""
 from __future__ import annotations
+
+import dataclasses
 
 import click
 
-from minibroker.cli.common import bootstrap_option, fail, handle_errors, parse_kv, resolve_bootstrap, run_async
+from minibroker.cli.common import bootstrap_option, fail, handle_errors, parse_kv, reachable_bootstrap, run_async
 from minibroker.cli.format import describe_lines
 from minibroker.client.admin import Admin
+from minibroker.dynamic_config import ResourceType
 from minibroker.errors import ErrorCode, KafkaError
 
 
 @click.group()
 def topics() -> None:
-    """Create, list, describe and delete topics (kafka-topics)."""
+    """Create, list, describe, alter and delete topics (kafka-topics)."""
 
 
 def _assignment(spec: str | None) -> list[list[int]] | None:
@@ -43,8 +46,10 @@ def create(bootstrap_server: str | None, topic: str, partitions: int, replicatio
     cfg = parse_kv(configs, "--config")
     assignments = _assignment(replica_assignment)
 
+    bootstrap = reachable_bootstrap(bootstrap_server)
+
     async def go() -> bool:
-        async with Admin(resolve_bootstrap(bootstrap_server)) as admin:
+        async with Admin(bootstrap) as admin:
             try:
                 await admin.create_topic(topic, partitions, replication_factor, cfg, assignments=assignments,
                                          wait=True)
@@ -65,8 +70,10 @@ def create(bootstrap_server: str | None, topic: str, partitions: int, replicatio
 @handle_errors
 def list_(bootstrap_server: str | None) -> None:
     """Topic names, one per line."""
+    bootstrap = reachable_bootstrap(bootstrap_server)
+
     async def go() -> list[str]:
-        async with Admin(resolve_bootstrap(bootstrap_server)) as admin:
+        async with Admin(bootstrap) as admin:
             return await admin.list_topics()
     for name in run_async(go()):
         click.echo(name)
@@ -79,15 +86,24 @@ def list_(bootstrap_server: str | None) -> None:
 @click.option("--under-min-isr-partitions", is_flag=True, help="Only partitions without a leader or with ISR < min.insync.replicas.")
 @click.option("--at-min-isr-partitions", is_flag=True, help="Only partitions whose ISR size equals min.insync.replicas.")
 @click.option("--unavailable-partitions", is_flag=True, help="Only partitions without a live leader.")
+@click.option("--topics-with-overrides", is_flag=True,
+              help="Only the topic lines of topics with a config other than the default.")
 @click.option("--leader-epoch", is_flag=True, help="Also print each partition's LeaderEpoch (not in Kafka's format).")
 @handle_errors
 def describe(bootstrap_server: str | None, topic: str | None, under_replicated_partitions: bool,
              under_min_isr_partitions: bool, at_min_isr_partitions: bool, unavailable_partitions: bool,
-             leader_epoch: bool) -> None:
-    """Kafka's describe lines, from Metadata: a topic line, then one line per partition."""
+             topics_with_overrides: bool, leader_epoch: bool) -> None:
+    """Kafka's describe lines, from Metadata and DescribeConfigs: a topic line (Configs: every
+    value that is not the default, broker-level ones included), then one line per partition.
+    The min-ISR filters use each topic's effective min.insync.replicas."""
+    bootstrap = reachable_bootstrap(bootstrap_server)
+
     async def go():
-        async with Admin(resolve_bootstrap(bootstrap_server)) as admin:
-            return await admin.describe_topics([topic] if topic else None)
+        async with Admin(bootstrap) as admin:
+            tds = await admin.describe_topics([topic] if topic else None)
+            found = await admin.describe_configs([(ResourceType.TOPIC, td.name) for td in tds])
+            return [dataclasses.replace(td, configs={e.name: e.value for e in found[(ResourceType.TOPIC, td.name)]
+                                                     if not e.is_default}) for td in tds]
     try:
         tds = run_async(go())
     except KafkaError as exc:
@@ -96,7 +112,8 @@ def describe(bootstrap_server: str | None, topic: str | None, under_replicated_p
         raise
     for line in describe_lines(tds, under_replicated=under_replicated_partitions,
                                under_min_isr=under_min_isr_partitions, at_min_isr=at_min_isr_partitions,
-                               unavailable=unavailable_partitions, leader_epoch=leader_epoch):
+                               unavailable=unavailable_partitions, leader_epoch=leader_epoch,
+                               with_overrides=topics_with_overrides):
         click.echo(line)
 
 
@@ -108,7 +125,7 @@ def describe(bootstrap_server: str | None, topic: str | None, under_replicated_p
 def delete(bootstrap_server: str | None, topic: str, if_exists: bool) -> None:
     """Delete a topic (DeleteTopics); prints nothing on success, as kafka-topics --delete."""
     async def go() -> None:
-        async with Admin(resolve_bootstrap(bootstrap_server)) as admin:
+        async with Admin(reachable_bootstrap(bootstrap_server)) as admin:
             await admin.delete_topic(topic)
     try:
         run_async(go())
@@ -117,4 +134,29 @@ def delete(bootstrap_server: str | None, topic: str, if_exists: bool) -> None:
             if if_exists:
                 return
             fail(f"Error while executing topic command : Topic '{topic}' does not exist as expected")
-        fail(f"Error while executing topic command : {exc}")
+        fail(f"Error while executing topic command : {exc.message or exc}")
+
+
+@topics.command()
+@bootstrap_option
+@click.option("--topic", required=True, help="Topic name.")
+@click.option("--partitions", type=int, required=True, help="The new (higher) partition count.")
+@click.option("--replica-assignment", help="Replicas of every partition, the existing ones first: 1:2:3,2:3:1,... "
+                                           "(only the new partitions' lists are used).")
+@handle_errors
+def alter(bootstrap_server: str | None, topic: str, partitions: int, replica_assignment: str | None) -> None:
+    """Add partitions to a topic (CreatePartitions through the controller), as kafka-topics --alter."""
+    assignments = _assignment(replica_assignment)
+    bootstrap = reachable_bootstrap(bootstrap_server)
+
+    async def go() -> None:
+        async with Admin(bootstrap) as admin:
+            (td,) = await admin.describe_topics([topic])
+            new = assignments[len(td.partitions):] if assignments is not None else None
+            await admin.create_partitions(topic, partitions, new)
+    try:
+        run_async(go())
+    except KafkaError as exc:
+        if exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            fail(f"Error while executing topic command : Topic '{topic}' does not exist as expected")
+        fail(f"Error while executing topic command : {exc.message or exc}")

@@ -1,16 +1,30 @@
-"""`minibroker watch`: a live view of every partition and a log of replication events."""
+"""`minibroker watch`: a live view of every partition and a log of replication events.
+
+Every broker is asked in parallel, each round bounded by a deadline
+(`ClusterObserver`), and the screen is redrawn every `--interval-ms` from
+whatever answered, so a paused or dead broker shows as such at the next
+refresh instead of stalling the view. Events of every broker and of the
+controller are long-polled on their own connections. `--web` serves the same
+frames to a browser page (minibroker.cli.watch_web).
+"""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import click
 
 from minibroker.cli.common import bootstrap_option, handle_errors, resolve_bootstrap, run_async
 from minibroker.client.admin import Admin
-from minibroker.client.observe import EventFollower, EventLine, PartitionView, snapshot, sorted_events
+from minibroker.client.config import parse_bootstrap
+from minibroker.client.network import now_ms
+from minibroker.client.observe import BrokerView, ClusterObserver, EventFollower, EventLine, Frame, PartitionView, \
+    sorted_events
 from minibroker.config import parse_hostport
+from minibroker.errors import KafkaError
 from minibroker.events import is_routine
 from minibroker.testing.cluster import ClusterError, LocalCluster, default_data_dir
 
@@ -27,7 +41,7 @@ def _ids(xs: Any) -> str:
 def row(v: PartitionView) -> tuple[str, ...]:
     reps = "  ".join(
         f"{r.broker_id}:{'?' if r.leo is None else r.leo}/{'?' if r.lag is None else r.lag}"
-        f"{'' if r.in_isr else '*'}" for r in v.replicas)
+        f"{'' if r.in_isr else '*'}{'!' if r.stuck else ''}" for r in v.replicas)
     return (v.name, "none" if v.leader is None else str(v.leader), str(v.leader_epoch), _ids(v.isr), _ids(v.elr),
             "?" if v.hw is None else str(v.hw), reps + (f"  ({v.note})" if v.note else ""))
 
@@ -35,7 +49,7 @@ def row(v: PartitionView) -> tuple[str, ...]:
 def table_text(views: list[PartitionView]) -> list[str]:
     rows = [HEADERS] + [row(v) for v in views]
     widths = [max(len(r[i]) for r in rows) for i in range(len(HEADERS) - 1)]
-    return ["  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1] for r in rows]
+    return ["  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=False)) + "  " + r[-1] for r in rows]
 
 
 def event_text(line: EventLine) -> str:
@@ -60,112 +74,189 @@ def _fmt(v: Any) -> str:
 
 
 def shown(lines: list[EventLine], all_events: bool) -> list[EventLine]:
-    return [l for l in sorted_events(lines)
-            if all_events or not (l.event.get("kind") in QUIET_KINDS
-                                  or is_routine(l.event.get("kind", ""), l.event.get("trigger")))]
+    return [line for line in sorted_events(lines)
+            if all_events or not (line.event.get("kind") in QUIET_KINDS
+                                  or is_routine(line.event.get("kind", ""), line.event.get("trigger")))]
 
 
-def _local_sources() -> tuple[dict[int, tuple[str, int]], tuple[str, int] | None]:
-    """Brokers and controller of the local cluster, if one is recorded (so fenced or
-    isolated brokers stay in view even when Metadata no longer lists them)."""
+def broker_text(b: BrokerView) -> str:
+    rack = f" rack {b.rack}" if b.rack else ""
+    proc = f", process {b.process}" if b.process and b.process != "running" else ""
+    detail = f": {b.detail}" if b.detail else ""
+    return f"{b.label} ({b.address[0]}:{b.address[1]}{rack}) {b.state}{detail}{proc}"
+
+
+def local_cluster(explicit: str | None, bootstrap: str) -> LocalCluster | None:
+    """The local cluster (./.minibroker or $MINIBROKER_HOME) when it is the one being
+    watched: always when the bootstrap came from its state file; when a bootstrap was
+    given (flag or $MINIBROKER_BOOTSTRAP), only if it names one of that cluster's brokers,
+    so a stale state file never adds addresses of another cluster."""
     try:
         c = LocalCluster.load(default_data_dir())
     except ClusterError:
-        return {}, None
-    return {b.node_id: (b.host, b.port) for b in c.layout.brokers}, c.layout.controller
+        return None
+    given = explicit or os.environ.get("MINIBROKER_BOOTSTRAP")
+    if not given:
+        return c
+    try:
+        wanted = set(parse_bootstrap(bootstrap))
+    except Exception:
+        return None
+    return c if wanted & {(b.host, b.port) for b in c.layout.brokers} else None
+
+
+def _process_states(c: LocalCluster) -> Any:
+    def state(node: int) -> str:
+        for i in c.info():
+            if i.name == f"broker-{node}":
+                return "stopped" if not i.alive else ("paused" if i.paused else "running")
+        return ""
+    return state
+
+
+@dataclass
+class Watch:
+    """One watch session: the observer of every broker and the followers of every
+    process's events. Invariant: one follow task per event source."""
+    admin: Admin
+    observer: ClusterObserver
+    follower: EventFollower
+    controller: tuple[str, int] | None
+    tasks: dict[str, asyncio.Task] = field(default_factory=dict)
+
+    def sources(self) -> dict[str, tuple[str, int]]:
+        out = {f"broker {p.node_id}": p.address for p in sorted(
+            self.observer.probes.values(), key=lambda p: (p.node_id is None, p.node_id or 0)) if p.node_id is not None}
+        if self.controller is not None:
+            out["controller"] = self.controller
+        return out
+
+    def follow(self) -> None:
+        for source, addr in self.sources().items():
+            if source not in self.tasks:
+                self.tasks[source] = asyncio.ensure_future(self.follower.follow(source, addr))
+
+    async def once(self, deadline_s: float) -> None:
+        """One round to every broker and one Events read from every process, all at once."""
+        async def poll(source: str, addr: tuple[str, int]) -> None:
+            try:
+                await asyncio.wait_for(self.follower.poll_once(source, addr, 0), deadline_s)
+            except (TimeoutError, KafkaError, OSError) as exc:
+                self.follower.errors[source] = str(exc) or "timed out"
+        await asyncio.gather(self.observer.round(), *(poll(s, a) for s, a in self.sources().items()))
+        late = {s: a for s, a in self.sources().items() if s not in self.follower.next_seq
+                and s not in self.follower.errors}
+        await asyncio.gather(*(poll(s, a) for s, a in late.items()))
+
+    async def close(self) -> None:
+        await self.observer.close()
+        for t in self.tasks.values():
+            t.cancel()
+        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+
+
+def open_watch(bootstrap: str, local: LocalCluster | None, controller: tuple[str, int] | None,
+               deadline_ms: int) -> Watch:
+    admin = Admin(bootstrap, {"request.timeout.ms": str(deadline_ms), "reconnect.backoff.max.ms": "250",
+                              "socket.connection.setup.timeout.ms": str(deadline_ms)})
+    known = {b.node_id: (b.host, b.port) for b in local.layout.brokers} if local is not None else {}
+    observer = ClusterObserver(admin, parse_bootstrap(bootstrap), known, deadline_ms=deadline_ms,
+                               process_state=_process_states(local) if local is not None else None,
+                               racks={b.node_id: b.rack for b in local.layout.brokers} if local is not None else None)
+    ctl = controller or (local.layout.controller if local is not None else None)
+    return Watch(admin, observer, EventFollower(admin), ctl)
+
+
+NO_CONTROLLER = "(no controller events: pass --controller HOST:PORT)"
+
+
+def frame_text(frame: Frame, lines: list[EventLine], n: int, all_events: bool, controller: bool = True) -> list[str]:
+    out = table_text(frame.views)
+    out += [broker_text(b) for b in frame.brokers if b.state != "ok" or (b.process and b.process != "running")]
+    out += ["", "EVENTS" if controller else "EVENTS " + NO_CONTROLLER]
+    out += [event_text(line) for line in shown(lines, all_events)[-n:]]
+    return out
 
 
 @click.command()
 @bootstrap_option
 @click.option("--once", is_flag=True, help="Print one frame as plain text and exit.")
-@click.option("--interval-ms", type=int, default=500, show_default=True)
+@click.option("--interval-ms", type=int, default=500, show_default=True, help="Refresh period.")
+@click.option("--deadline-ms", type=int, default=1000, show_default=True,
+              help="How long each broker has to answer a round before it shows as not answering.")
 @click.option("--events", "n_events", type=int, default=15, show_default=True, help="Event lines to show.")
 @click.option("--all-events", is_flag=True, help="Also show events that restate the table "
               "(replica eligibility, ISR metadata echoes).")
 @click.option("--controller", "controller_addr", metavar="HOST:PORT",
-              help="Also follow the controller's events [default: the local cluster's controller].")
+              help="The controller whose events to follow [default: the local cluster's controller].")
+@click.option("--web", is_flag=True, help="Serve a live picture of the cluster to a browser instead.")
+@click.option("--host", "web_host", default="127.0.0.1", show_default=True, help="With --web: address to bind.")
+@click.option("--port", "web_port", type=int, default=8080, show_default=True, help="With --web: port (0 = any).")
 @handle_errors
-def watch(bootstrap_server: str | None, once: bool, interval_ms: int, n_events: int, all_events: bool,
-          controller_addr: str | None) -> None:
+def watch(bootstrap_server: str | None, once: bool, interval_ms: int, deadline_ms: int, n_events: int,
+          all_events: bool, controller_addr: str | None, web: bool, web_host: str, web_port: int) -> None:
     """Leader, leader epoch, ISR, ELR, HW and each replica's LEO/lag (* = not in ISR),
-    from every broker's ReplicaStatus; below, ISR changes, HW moves and elections
-    (with reasons) from every process's Events."""
+    from every broker's ReplicaStatus (asked in parallel, never waiting on one);
+    brokers that do not answer; below, ISR changes, HW moves, fencing and elections
+    (with reasons) from every broker's and the controller's Events."""
     bootstrap = resolve_bootstrap(bootstrap_server)
-    local_brokers, local_ctl = ({}, None) if bootstrap_server else _local_sources()
-    ctl = parse_hostport(controller_addr, 9093) if controller_addr else local_ctl
-    if once:
-        run_async(_once(bootstrap, local_brokers, ctl, n_events, all_events))
+    local = local_cluster(bootstrap_server, bootstrap)
+    ctl = parse_hostport(controller_addr, 9093) if controller_addr else None
+    interval_ms = max(50, interval_ms)
+    if web:
+        from minibroker.cli.watch_web import serve_web
+        try:
+            run_async(serve_web(open_watch(bootstrap, local, ctl, deadline_ms), interval_ms, all_events,
+                                web_host, web_port))
+        except KeyboardInterrupt:
+            pass
+    elif once:
+        run_async(_once(open_watch(bootstrap, local, ctl, deadline_ms), n_events, all_events))
     else:
         try:
-            run_async(_live(bootstrap, local_brokers, ctl, interval_ms, n_events, all_events))
+            run_async(_live(open_watch(bootstrap, local, ctl, deadline_ms), bootstrap, interval_ms, n_events,
+                            all_events))
         except KeyboardInterrupt:
             pass
 
 
-async def _sources(admin: Admin, local: dict[int, tuple[str, int]], ctl: tuple[str, int] | None
-                   ) -> dict[str, tuple[str, int]]:
-    brokers = dict(local)
+async def _once(w: Watch, n: int, all_events: bool) -> None:
     try:
-        brokers.update(await admin.brokers())
-    except Exception:
-        pass
-    out = {f"broker {n}": a for n, a in sorted(brokers.items())}
-    if ctl is not None:
-        out["controller"] = ctl
-    return out
-
-
-async def _once(bootstrap: str, local: dict[int, tuple[str, int]], ctl: tuple[str, int] | None, n: int,
-                all_events: bool) -> None:
-    async with Admin(bootstrap, {"request.timeout.ms": "5000"}) as admin:
-        views, unreachable = await snapshot(admin, local)
-        follower = EventFollower(admin)
-        for source, addr in (await _sources(admin, local, ctl)).items():
-            try:
-                await asyncio.wait_for(follower.poll_once(source, addr, 0), 3)
-            except Exception as exc:
-                follower.errors[source] = str(exc) or "timed out"
-    for line in table_text(views):
+        await w.once(w.observer.deadline_ms / 1000)
+        frame = w.observer.frame(now_ms())
+    finally:
+        await w.close()
+        await w.admin.close()
+    for line in frame_text(frame, list(w.follower.lines), n, all_events, w.controller is not None):
         click.echo(line)
-    for node, err in sorted(unreachable.items()):
-        click.echo(f"broker {node}: no ReplicaStatus ({err})")
-    click.echo("")
-    click.echo("EVENTS")
-    for line in shown(list(follower.lines), all_events)[-n:]:
-        click.echo(event_text(line))
 
 
-async def _live(bootstrap: str, local: dict[int, tuple[str, int]], ctl: tuple[str, int] | None,
-                interval_ms: int, n: int, all_events: bool) -> None:
+async def _live(w: Watch, bootstrap: str, interval_ms: int, n: int, all_events: bool) -> None:
     from rich.console import Group
     from rich.live import Live
     from rich.table import Table
     from rich.text import Text
 
-    async with Admin(bootstrap, {"request.timeout.ms": "3000"}) as admin:
-        follower = EventFollower(admin)
-        tasks: dict[str, asyncio.Task] = {}
-        with Live(Text("connecting..."), refresh_per_second=4, screen=False) as live:
+    w.observer.start(interval_ms)
+    try:
+        with Live(Text("connecting..."), refresh_per_second=max(2, 1000 // interval_ms), screen=False) as live:
             while True:
-                for source, addr in (await _sources(admin, local, ctl)).items():
-                    if source not in tasks:
-                        tasks[source] = asyncio.ensure_future(follower.follow(source, addr))
-                try:
-                    views, unreachable = await snapshot(admin, local)
-                    err = ""
-                except Exception as exc:
-                    views, unreachable, err = [], {}, str(exc)
+                w.follow()
+                frame = w.observer.frame(now_ms())
                 table = Table(title=f"minibroker watch  {time.strftime('%H:%M:%S')}  ({bootstrap})",
                               title_justify="left")
                 for h in HEADERS:
                     table.add_column(h, no_wrap=True)
-                for v in views:
+                for v in frame.views:
                     style = "red" if v.leader is None else ("yellow" if len(v.isr) < len(v.replicas) else "")
                     table.add_row(*row(v), style=style)
-                notes = [Text(f"broker {b}: no ReplicaStatus ({e})", style="dim") for b, e in sorted(unreachable.items())]
-                if err:
-                    notes.append(Text(f"metadata: {err}", style="red"))
-                events = [Text(event_text(l), no_wrap=True, overflow="ellipsis")
-                          for l in shown(list(follower.lines), all_events)[-n:]]
-                live.update(Group(table, *notes, Text("events", style="bold"), *events))
+                notes = [Text(broker_text(b), style="red" if b.state != "ok" else "dim")
+                         for b in frame.brokers if b.state != "ok" or (b.process and b.process != "running")]
+                events = [Text(event_text(line), no_wrap=True, overflow="ellipsis")
+                          for line in shown(list(w.follower.lines), all_events)[-n:]]
+                title = "events" if w.controller is not None else "events " + NO_CONTROLLER
+                live.update(Group(table, *notes, Text(title, style="bold"), *events))
                 await asyncio.sleep(interval_ms / 1000)
+    finally:
+        await w.close()
+        await w.admin.close()

@@ -1,8 +1,9 @@
 """The admin client: topics, offsets, elections, cluster and replica views.
 
 Owns nothing long-lived beyond its `ClientNetwork`. Calls any broker for
-what any broker answers (CreateTopics and ElectLeaders are forwarded to the
-controller, KIP-590), each leader for ListOffsets, and a given broker for
+what any broker answers (CreateTopics, CreatePartitions, ElectLeaders and
+IncrementalAlterConfigs are forwarded to the controller, KIP-590), each
+leader for ListOffsets, and a given broker for its own DescribeConfigs,
 ReplicaStatus / Events / ApiVersions. Retriable failures are retried on
 another broker until `default.api.timeout.ms`.
 """
@@ -17,9 +18,10 @@ from minibroker.client.config import ADMIN_DEFAULTS, client_config
 from minibroker.client.describe import BrokerDescription, TopicDescription, describe_from_metadata
 from minibroker.client.metadata import parse_topic
 from minibroker.client.network import Address, ClientNetwork, now_ms
-from minibroker.client.offsets import LATEST_TIMESTAMP, OffsetResult, list_offsets
+from minibroker.client.offsets import LATEST_TIMESTAMP, OffsetResult, list_offsets, list_offsets_settled
 from minibroker.client.types import TopicPartition
 from minibroker.config import parse_hostport
+from minibroker.dynamic_config import ConfigEntry, ResourceType, entry_from_wire
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.net.connection import check
 from minibroker.protocol.api import ApiKey
@@ -143,6 +145,59 @@ class Admin:
                 raise KafkaError(t["error"], f"topic {t['topic']}", remote=True)
         return out
 
+    async def create_partitions(self, topic: str, count: int, assignments: list[list[int]] | None = None, *,
+                                validate_only: bool = False, timeout_ms: int = 30_000) -> None:
+        """Grow `topic` to `count` partitions (CreatePartitions, through the controller); raises its error."""
+        body: dict[str, Any] = {"topics": [{"topic": topic, "count": count}], "timeout_ms": timeout_ms,
+                                "validate_only": validate_only}
+        if assignments is not None:
+            body["topics"][0]["assignments"] = [list(a) for a in assignments]
+        resp = await self._any(ApiKey.CREATE_PARTITIONS, body)
+        for r in resp.get("results", ()):
+            if r.get("error"):
+                raise KafkaError(r["error"], r.get("message") or "", remote=True)
+
+    # -- configs -------------------------------------------------------------------
+
+    async def describe_configs(self, resources: Iterable[tuple[int, str]]) -> dict[tuple[int, str], list[ConfigEntry]]:
+        """`[(ResourceType.TOPIC, "orders"), (ResourceType.BROKER, "1"), (ResourceType.BROKER, "")]` ->
+        each resource's entries. A broker's own configs are asked of that broker (as Kafka's admin
+        does); topics and the cluster default of any broker. A failed resource raises."""
+        wanted = list(resources)
+        out: dict[tuple[int, str], list[ConfigEntry]] = {}
+        anywhere = [r for r in wanted if not (r[0] == ResourceType.BROKER and r[1] != "")]
+        by_broker = [r for r in wanted if r[0] == ResourceType.BROKER and r[1] != ""]
+        replies: list[dict[str, Any]] = []
+        if anywhere:
+            body = {"resources": [{"resource_type": int(t), "resource_name": n} for t, n in anywhere]}
+            replies += (await self._any(ApiKey.DESCRIBE_CONFIGS, body)).get("results", [])
+        if by_broker:
+            live = await self.brokers()
+            for t, n in by_broker:
+                addr = live.get(int(n)) if n.isdigit() else None
+                if addr is None:
+                    raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {n} is not a live broker")
+                body = {"resources": [{"resource_type": int(t), "resource_name": n}]}
+                replies += check(await self.net.request_address(addr, ApiKey.DESCRIBE_CONFIGS, body,
+                                                                channel="meta")).get("results", [])
+        for r in replies:
+            if r.get("error"):
+                raise KafkaError(r["error"], r.get("message") or "", remote=True)
+            out[(r["resource_type"], r["resource_name"])] = [entry_from_wire(c) for c in r.get("configs", ())]
+        return out
+
+    async def incremental_alter_configs(self, resource: tuple[int, str], set_configs: Mapping[str, str],
+                                        delete_configs: Iterable[str] = (), *, validate_only: bool = False) -> None:
+        """SET and DELETE configs of one resource (through the controller); raises its error."""
+        ops = [{"name": k, "op": 0, "value": str(v)} for k, v in set_configs.items()]
+        ops += [{"name": k, "op": 1} for k in delete_configs]
+        body = {"resources": [{"resource_type": int(resource[0]), "resource_name": resource[1], "configs": ops}],
+                "validate_only": validate_only}
+        resp = await self._any(ApiKey.INCREMENTAL_ALTER_CONFIGS, body)
+        for r in resp.get("results", ()):
+            if r.get("error"):
+                raise KafkaError(r["error"], r.get("message") or "", remote=True)
+
     # -- cluster -----------------------------------------------------------------
 
     async def describe_cluster(self) -> ClusterDescription:
@@ -151,6 +206,10 @@ class Admin:
             BrokerDescription(b["node_id"], b["host"], b["port"], b.get("rack") or None,
                               b.get("fenced", False), b.get("broker_epoch", -1))
             for b in sorted(resp.get("brokers", ()), key=lambda b: b["node_id"])))
+
+    async def describe_quorum(self) -> dict[str, Any]:
+        """The metadata quorum as the controller reports it (DescribeQuorum, forwarded by a broker)."""
+        return await self._any(ApiKey.DESCRIBE_QUORUM, {})
 
     async def brokers(self) -> dict[int, Address]:
         """Live brokers from Metadata: node id -> (host, port) on this listener."""
@@ -181,6 +240,27 @@ class Admin:
         self.net.want_topics([topic])
         res = await self.list_offsets({TopicPartition(topic, p): timestamp for p in parts})
         return {tp.partition: r.offset for tp, r in sorted(res.items())}
+
+    async def partition_offsets(self, partitions: Iterable[TopicPartition], timestamp: int = LATEST_TIMESTAMP, *,
+                                timeout_ms: int | None = None
+                                ) -> tuple[dict[TopicPartition, OffsetResult], dict[TopicPartition, KafkaError]]:
+        """Each partition's offset, or its error: a partition without a leader fails at once
+        (LEADER_NOT_AVAILABLE) instead of being retried; others are retried until `timeout_ms`."""
+        tps = list(partitions)
+        self.net.want_topics({tp.topic for tp in tps})
+        await self.net.refresh_metadata()
+        failed: dict[TopicPartition, KafkaError] = {}
+        specs: dict[TopicPartition, int] = {}
+        for tp in tps:
+            if self.net.cache.leader_id(tp) is None:
+                code = self.net.cache.topic_error(tp.topic) or ErrorCode.LEADER_NOT_AVAILABLE
+                failed[tp] = KafkaError(code, f"{tp}: no leader (partition offline)" if code ==
+                                        ErrorCode.LEADER_NOT_AVAILABLE else f"{tp}", remote=True)
+            else:
+                specs[tp] = timestamp
+        answers, errors = await list_offsets_settled(self.net, specs, timeout_ms=timeout_ms or self.api_timeout_ms)
+        failed.update(errors)
+        return answers, failed
 
     # -- elections ------------------------------------------------------------------
 

@@ -5,17 +5,24 @@ and the events of every process, followed by long-polls.
 own ReplicaStatus (HW, log start, each replica's LEO as the leader last saw
 it) gives one `PartitionView` per partition; lag = leader LEO - replica LEO.
 `EventFollower` keeps one Events long-poll per process and a bounded log.
+`ClusterObserver` asks every broker at once, each round bounded by a
+deadline, so one paused or dead broker shows as such instead of stalling
+the picture; `merge_metadata` keeps, per partition, the freshest answer.
 """
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 from minibroker.client.admin import Admin
-from minibroker.client.describe import TopicDescription
-from minibroker.errors import KafkaError
+from minibroker.client.describe import TopicDescription, describe_from_metadata
+from minibroker.client.network import now_ms
+from minibroker.errors import ErrorCode, KafkaError
+from minibroker.net.connection import check
+from minibroker.protocol.api import ApiKey
 
 
 @dataclass(frozen=True)
@@ -26,6 +33,7 @@ class ReplicaView:
     in_isr: bool
     caught_up: bool | None = None
     last_caught_up_ms_ago: int | None = None
+    stuck: str | None = None        # the follower's own fetch state: why its fetches make no progress
 
 
 @dataclass(frozen=True)
@@ -85,27 +93,19 @@ def join(topics: list[TopicDescription], statuses: dict[int, dict[str, Any]]) ->
                     own = by_broker.get(b, {}).get(key)
                     replicas.append(ReplicaView(b, None if own is None else own.get("leo"), None, b in pd.isr))
                 hw = ls = None
+            replicas = [_with_stuck(r, by_broker.get(r.broker_id, {}).get(key)) for r in replicas]
+            stuck = [f"{r.broker_id} stuck: {r.stuck}" for r in replicas if r.stuck]
+            note = "; ".join([*([note] if note else []), *stuck])
             out.append(PartitionView(pd.topic, pd.partition, pd.leader, pd.leader_epoch, pd.isr, pd.elr,
                                      hw, ls, tuple(replicas), note))
     return out
 
 
-async def snapshot(admin: Admin, extra_brokers: dict[int, tuple[str, int]] | None = None
-                   ) -> tuple[list[PartitionView], dict[int, str]]:
-    """One frame: Metadata plus every broker's ReplicaStatus; returns (views, unreachable brokers)."""
-    topics = await admin.describe_topics()
-    brokers = dict(extra_brokers or {})
-    brokers.update(await admin.brokers())
-    statuses: dict[int, dict[str, Any]] = {}
-    errors: dict[int, str] = {}
-
-    async def one(node: int, addr: tuple[str, int]) -> None:
-        try:
-            statuses[node] = await asyncio.wait_for(admin.replica_status(addr), 3)
-        except (TimeoutError, KafkaError) as exc:
-            errors[node] = str(exc) or "timed out"
-    await asyncio.gather(*(one(n, a) for n, a in brokers.items()))
-    return join(topics, statuses), errors
+def _with_stuck(r: ReplicaView, own: dict[str, Any] | None) -> ReplicaView:
+    """The replica's own ReplicaStatus says whether its follower fetches are stuck (follower_stuck)."""
+    fs = (own or {}).get("fetch_state") or {}
+    reason = fs.get("stuck_reason") if fs.get("stuck") else None
+    return r if not reason else dataclasses.replace(r, stuck=str(reason))
 
 
 @dataclass
@@ -142,4 +142,192 @@ class EventFollower:
 
 
 def sorted_events(lines: list[EventLine]) -> list[EventLine]:
-    return sorted(lines, key=lambda l: (l.event.get("time_ms", 0), l.source, l.event.get("seq", 0)))
+    return sorted(lines, key=lambda ln: (ln.event.get("time_ms", 0), ln.source, ln.event.get("seq", 0)))
+
+
+# --------------------------------------------------------------------------
+# Asking every broker at once, with a deadline (watch never waits on one)
+# --------------------------------------------------------------------------
+
+@dataclass
+class Probe:
+    """What one broker address last answered. Invariant: `asked_ms` is set while a
+    round to it is in flight (None otherwise); `answered_ms` is when `metadata` and
+    `status` were last both received."""
+    address: tuple[str, int]
+    node_id: int | None = None
+    metadata: dict[str, Any] | None = None
+    status: dict[str, Any] | None = None
+    answered_ms: int | None = None
+    asked_ms: int | None = None
+    error: str = ""
+    timed_out: bool = False             # the last round failed for want of an answer
+    first_asked_ms: int | None = None
+    process: str = ""                   # local cluster only: running / paused / stopped
+
+
+@dataclass(frozen=True)
+class BrokerView:
+    node_id: int | None
+    address: tuple[str, int]
+    rack: str | None
+    state: str                          # "ok" | "not answering" | "unreachable"
+    detail: str
+    process: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"broker {self.node_id}" if self.node_id is not None else f"{self.address[0]}:{self.address[1]}"
+
+
+def merge_metadata(answers: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several brokers' Metadata answers as one: for each partition the record with
+    the highest (leader epoch, partition epoch), so a paused or isolated broker's
+    stale view loses to a fresher one; brokers are the union of the answers."""
+    brokers: dict[int, dict[str, Any]] = {}
+    topics: dict[str, dict[str, Any]] = {}
+    parts: dict[tuple[str, int], dict[str, Any]] = {}
+    for resp in answers:
+        for b in resp.get("brokers", ()):
+            brokers.setdefault(b["node_id"], b)
+        for t in resp.get("topics", ()):
+            if t.get("error") and not t.get("partitions"):
+                continue
+            topics.setdefault(t["topic"], t)
+            for p in t.get("partitions", ()):
+                key = (t["topic"], p["partition"])
+                old = parts.get(key)
+                if old is None or (p.get("leader_epoch", -1), p.get("partition_epoch", -1)) > \
+                        (old.get("leader_epoch", -1), old.get("partition_epoch", -1)):
+                    parts[key] = p
+    out_topics = []
+    for name in sorted(topics):
+        t = dict(topics[name])
+        t["partitions"] = [parts[k] for k in sorted(parts) if k[0] == name]
+        out_topics.append(t)
+    return {"brokers": [brokers[n] for n in sorted(brokers)], "topics": out_topics}
+
+
+def broker_views(probes: list[Probe], now_ms: int, deadline_ms: int,
+                 known_racks: dict[int, str] | None = None) -> list[BrokerView]:
+    """Each broker's state as of now: answering, not answering (a round in flight past
+    the deadline, e.g. a paused process), or unreachable (the last round failed)."""
+    racks: dict[int, str | None] = dict(known_racks or {})
+    for p in probes:
+        for b in (p.metadata or {}).get("brokers", ()):
+            racks[b["node_id"]] = b.get("rack") or racks.get(b["node_id"])
+    out = []
+    for p in probes:
+        rack = racks.get(p.node_id) if p.node_id is not None else None
+        late = p.asked_ms is not None and now_ms - p.asked_ms > deadline_ms
+        if late or (p.error and p.timed_out):
+            since = p.answered_ms if p.answered_ms is not None else (p.first_asked_ms or now_ms)
+            state, detail = "not answering", f"no answer for {(now_ms - since) / 1000:.1f} s"
+        elif p.error:
+            state, detail = "unreachable", p.error
+        elif p.answered_ms is None:
+            state, detail = "not answering", "waiting for a first answer"
+        else:
+            state, detail = "ok", ""
+        out.append(BrokerView(p.node_id, p.address, rack, state, detail, p.process))
+    return sorted(out, key=lambda v: (v.node_id is None, v.node_id or 0, v.address))
+
+
+@dataclass
+class Frame:
+    """Invariant: `registered` is the set of brokers the freshest Metadata lists
+    (registered and unfenced); a broker answering but not in it is fenced."""
+    views: list[PartitionView]
+    brokers: list[BrokerView]
+    time_ms: int
+    registered: frozenset[int] = frozenset()
+
+
+class ClusterObserver:
+    """Asks every known broker for Metadata and ReplicaStatus in parallel, each round
+    bounded by `deadline_ms`, and builds frames from whatever answered.
+
+    Invariant: `probes` holds one Probe per broker address ever learned (bootstrap,
+    the local cluster's layout, every Metadata answer); a round to one broker never
+    waits for another's."""
+
+    def __init__(self, admin: Admin, bootstrap: list[tuple[str, int]],
+                 known: dict[int, tuple[str, int]] | None = None, *, deadline_ms: int = 1000,
+                 process_state: Any = None, racks: dict[int, str] | None = None) -> None:
+        self.admin = admin
+        self.racks = dict(racks or {})
+        self.deadline_ms = deadline_ms
+        self.probes: dict[tuple[str, int], Probe] = {}
+        self.process_state = process_state     # (node_id) -> "running" | "paused" | "stopped" | ""
+        for node, addr in (known or {}).items():
+            self.probes[addr] = Probe(addr, node)
+        for addr in bootstrap:
+            self.probes.setdefault(addr, Probe(addr))
+        self._tasks: dict[tuple[str, int], asyncio.Task[None]] = {}
+
+    async def ask(self, probe: Probe) -> None:
+        """One round to one broker: Metadata and ReplicaStatus, both within the deadline."""
+        probe.asked_ms = now_ms()
+        if probe.first_asked_ms is None:
+            probe.first_asked_ms = probe.asked_ms
+        try:
+            meta, status = await asyncio.wait_for(asyncio.gather(
+                self.admin.net.request_address(probe.address, ApiKey.METADATA, {"topics": None}, channel="meta",
+                                               timeout_ms=self.deadline_ms),
+                self.admin.replica_status(probe.address)), self.deadline_ms / 1000)
+            probe.metadata, probe.status = check(meta), status
+            probe.node_id = status.get("node_id", probe.node_id)
+            probe.answered_ms = now_ms()
+            probe.error, probe.timed_out = "", False
+            for b in probe.metadata.get("brokers", ()):
+                addr = (b["host"], b["port"])
+                if addr not in self.probes and not any(p.node_id == b["node_id"] for p in self.probes.values()):
+                    self.probes[addr] = Probe(addr, b["node_id"])
+        except (TimeoutError, KafkaError, OSError) as exc:
+            probe.error = str(exc) or f"no answer within {self.deadline_ms} ms"
+            probe.timed_out = isinstance(exc, TimeoutError) or (
+                isinstance(exc, KafkaError) and exc.code == ErrorCode.REQUEST_TIMED_OUT)
+        finally:
+            probe.asked_ms = None
+
+    async def round(self) -> None:
+        """Every broker once, in parallel (for `--once`)."""
+        await asyncio.gather(*(self.ask(p) for p in list(self.probes.values())))
+        # Brokers learned from the answers get their first round too.
+        new = [p for p in self.probes.values() if p.answered_ms is None and not p.error]
+        await asyncio.gather(*(self.ask(p) for p in new))
+
+    def start(self, interval_ms: int) -> None:
+        """Keep asking every broker every `interval_ms`, each on its own task."""
+        for addr, p in list(self.probes.items()):
+            if addr not in self._tasks:
+                self._tasks[addr] = asyncio.ensure_future(self._loop(p, interval_ms))
+
+    async def _loop(self, probe: Probe, interval_ms: int) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            await self.ask(probe)
+            self.start(interval_ms)
+            await asyncio.sleep(max(0.0, interval_ms / 1000 - (loop.time() - started)))
+
+    async def close(self) -> None:
+        for t in self._tasks.values():
+            t.cancel()
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        self._tasks.clear()
+
+    def frame(self, now_ms: int) -> Frame:
+        """The picture now, from answers no older than two deadlines."""
+        probes = list(self.probes.values())
+        if self.process_state is not None:
+            for p in probes:
+                p.process = self.process_state(p.node_id) if p.node_id is not None else ""
+        fresh = [p for p in probes if p.answered_ms is not None and now_ms - p.answered_ms <= 2 * self.deadline_ms]
+        if not fresh:
+            fresh = [p for p in probes if p.metadata is not None]
+        meta = merge_metadata([p.metadata for p in fresh if p.metadata is not None])
+        statuses = {p.node_id: p.status for p in fresh if p.node_id is not None and p.status is not None}
+        views = join(describe_from_metadata(meta), statuses)
+        return Frame(views, broker_views(probes, now_ms, self.deadline_ms, self.racks), now_ms,
+                     frozenset(b["node_id"] for b in meta["brokers"]))

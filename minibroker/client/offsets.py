@@ -1,4 +1,5 @@
-"""ListOffsets for clients: earliest (log start) / latest (high watermark) per partition.
+"""ListOffsets for clients: earliest (log start), latest (high watermark), by timestamp or
+the max timestamp (-3), per partition.
 
 Shared by the consumer's position resets and the admin's `list_offsets`.
 Requests go to each partition's leader, grouped per broker; partitions whose
@@ -15,9 +16,10 @@ from minibroker.client.network import ClientNetwork, now_ms
 from minibroker.client.retry import is_retriable, needs_metadata
 from minibroker.client.types import TopicPartition
 from minibroker.errors import ErrorCode, KafkaError
-from minibroker.protocol.api import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ApiKey
+from minibroker.protocol.api import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, ApiKey
 
-__all__ = ["EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "OffsetResult", "list_offsets_once", "list_offsets"]
+__all__ = ["EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "MAX_TIMESTAMP", "OffsetResult", "list_offsets_once",
+           "list_offsets", "list_offsets_settled"]
 
 
 @dataclass(frozen=True)
@@ -69,9 +71,11 @@ async def list_offsets_once(net: ClientNetwork, specs: Mapping[TopicPartition, i
     return answers, errors
 
 
-async def list_offsets(net: ClientNetwork, specs: Mapping[TopicPartition, int], *,
-                       timeout_ms: int = 60_000) -> dict[TopicPartition, OffsetResult]:
-    """Retry retriable errors (refreshing metadata when they say so) until `timeout_ms`."""
+async def list_offsets_settled(net: ClientNetwork, specs: Mapping[TopicPartition, int], *, timeout_ms: int = 60_000
+                               ) -> tuple[dict[TopicPartition, OffsetResult], dict[TopicPartition, KafkaError]]:
+    """Retry retriable errors (refreshing metadata when they say so) until `timeout_ms`;
+    returns (answers, the errors left per partition) instead of raising, so one bad
+    partition does not hide the others' offsets."""
     deadline = now_ms() + timeout_ms
     net.want_topics({tp.topic for tp in specs})
     if any(net.cache.leader_id(tp) is None for tp in specs):
@@ -81,16 +85,17 @@ async def list_offsets(net: ClientNetwork, specs: Mapping[TopicPartition, int], 
             pass
     todo = dict(specs)
     out: dict[TopicPartition, OffsetResult] = {}
+    failed: dict[TopicPartition, KafkaError] = {}
     while True:
         answers, errors = await list_offsets_once(net, todo)
         out.update(answers)
-        fatal = {tp: e for tp, e in errors.items() if not is_retriable(int(e.code))}
-        if fatal:
-            raise next(iter(fatal.values()))
-        if not errors:
-            return out
-        if now_ms() >= deadline:
-            raise next(iter(errors.values()))
+        for tp, e in errors.items():
+            if not is_retriable(int(e.code)):
+                failed[tp] = e
+        errors = {tp: e for tp, e in errors.items() if tp not in failed}
+        if not errors or now_ms() >= deadline:
+            failed.update(errors)
+            return out, failed
         todo = {tp: specs[tp] for tp in errors}
         if any(needs_metadata(int(e.code)) or e.code == ErrorCode.NETWORK_EXCEPTION for e in errors.values()):
             try:
@@ -98,3 +103,12 @@ async def list_offsets(net: ClientNetwork, specs: Mapping[TopicPartition, int], 
             except KafkaError:
                 pass
         await asyncio.sleep(net.cache.refresh_backoff_ms / 1000)
+
+
+async def list_offsets(net: ClientNetwork, specs: Mapping[TopicPartition, int], *,
+                       timeout_ms: int = 60_000) -> dict[TopicPartition, OffsetResult]:
+    """As `list_offsets_settled`, raising the first error left (a fatal one at once)."""
+    out, failed = await list_offsets_settled(net, specs, timeout_ms=timeout_ms)
+    if failed:
+        raise next(iter(failed.values()))
+    return out

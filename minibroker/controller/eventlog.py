@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from typing import Any
+from collections.abc import Callable
 
 from minibroker.events import Event
 
@@ -24,6 +25,11 @@ class EventLog:
         # An insertion-ordered set: a cancelled reader leaves in O(1), so closing a
         # connection with thousands of parked polls is linear, not quadratic.
         self._waiters: dict[asyncio.Future, None] = {}
+        self._subscribers: list[Callable[[Event], None]] = []
+
+    def subscribe(self, fn: Callable[[Event], None]) -> None:
+        """`fn` sees every later event as it is appended (metrics count events this way)."""
+        self._subscribers.append(fn)
 
     def append(self, event: Event) -> int:
         """Triggered by every event the process emits; wakes parked readers."""
@@ -32,6 +38,8 @@ class EventLog:
         d["seq"] = seq
         self._buf.append(d)
         self.next_seq = seq + 1
+        for fn in self._subscribers:
+            fn(event)
         waiters, self._waiters = self._waiters, {}
         for w in waiters:
             if not w.done():

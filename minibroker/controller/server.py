@@ -14,20 +14,27 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import logging
 import os
-import time
+
 import uuid
 from typing import Any, TypeVar
 from collections.abc import Callable
 
+from minibroker.clock import AnchoredClock
 from minibroker.config import Config, parse_listeners
 from minibroker.controller.eventlog import EventLog
 from minibroker.controller.metadata_log import MetadataLog
 from minibroker.controller.settings import ControllerSettings
-from minibroker.controller.state import ControllerState, Outcome
+from minibroker.controller.state import ControllerState, Outcome, describe_quorum
 from minibroker.metadata import to_wire
+from minibroker.metrics.counts import EventCounts
+from minibroker.metrics.families import Family, controller_families
+from minibroker.metrics.server import MetricsServer
+from minibroker.net.credentials import cluster_secret
 from minibroker.net.server import Dispatcher, HandlerSpec, RequestContext, serve
+from minibroker.net.tls import listener_protocol, server_context
 from minibroker.protocol.api import ApiKey
 
 _O = TypeVar("_O", Outcome, Outcome | None)
@@ -36,7 +43,7 @@ log = logging.getLogger("minibroker.controller")
 event_log = logging.getLogger("minibroker.controller.events")
 
 MAX_RECORDS_PER_FETCH = 10_000
-DEFAULT_LISTENER = "CONTROLLER://0.0.0.0:9093"
+DEFAULT_LISTENER = "CONTROLLER://127.0.0.1:9093"   # loopback unless `listeners` says otherwise
 SOFTWARE = "minibroker-controller"
 
 
@@ -61,15 +68,24 @@ def _cluster_id(directory: str) -> str:
     return cid
 
 
-class _Clock:
-    """Monotonic milliseconds anchored to wall-clock time at start (cores get `now_ms` from here)."""
-
-    def __init__(self) -> None:
-        self._wall0 = int(time.time() * 1000)
-        self._mono0 = time.monotonic()
-
-    def now_ms(self) -> int:
-        return self._wall0 + int((time.monotonic() - self._mono0) * 1000)
+def _next_leader_epoch(directory: str) -> int:
+    """This start's quorum epoch, kept in <metadata.log.dir>/quorum-state as Kafka's KRaft
+    does: a single voter elects itself anew, one epoch higher, every time it starts."""
+    path = os.path.join(directory, "quorum-state")
+    epoch = 0
+    try:
+        with open(path, encoding="utf-8") as f:
+            epoch = int(json.load(f).get("leaderEpoch", 0))
+    except (FileNotFoundError, ValueError, TypeError, AttributeError):
+        pass
+    epoch += 1
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump({"leaderEpoch": epoch, "votedId": -1, "data_version": 0}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return epoch
 
 
 class ControllerServer:
@@ -83,8 +99,12 @@ class ControllerServer:
         self.directory = config.get("metadata.log.dir")
         self.mlog = MetadataLog(self.directory)
         self.events = EventLog()
-        self.clock = _Clock()
+        self.event_counts = EventCounts()
+        self.events.subscribe(self.event_counts.observe)
+        self.metrics: MetricsServer | None = None
+        self.clock = AnchoredClock()
         self.cluster_id = ""
+        self.leader_epoch = 0      # Invariant: this start's quorum epoch (quorum-state), once started
         self.state = "STARTING"
         self.addresses: dict[str, tuple[str, int]] = {}
         self._servers: list[asyncio.base_events.Server] = []
@@ -93,6 +113,8 @@ class ControllerServer:
         self.fatal: BaseException | None = None
         spec = config.get("listeners", "") or DEFAULT_LISTENER
         self.listeners = parse_listeners(spec)
+        self.tls = {name: server_context(config, name) for name in self.listeners
+                    if listener_protocol(config, name) == "SSL"}
         tick = self.settings.heartbeat_interval_ms / 4
         self.tick_ms = max(20, min(500, int(tick), self.settings.session_timeout_ms // 4 or 20))
         self.dispatcher = Dispatcher(
@@ -104,10 +126,14 @@ class ControllerServer:
                 ApiKey.CREATE_TOPICS: HandlerSpec(self._create_topics, privileged=True),
                 ApiKey.DELETE_TOPICS: HandlerSpec(self._delete_topics, privileged=True),
                 ApiKey.ELECT_LEADERS: HandlerSpec(self._elect_leaders, privileged=True),
+                ApiKey.INCREMENTAL_ALTER_CONFIGS: HandlerSpec(self._incremental_alter_configs, privileged=True),
+                ApiKey.CREATE_PARTITIONS: HandlerSpec(self._create_partitions, privileged=True),
                 ApiKey.DESCRIBE_CLUSTER: HandlerSpec(self._describe_cluster, privileged=True),
+                ApiKey.DESCRIBE_QUORUM: HandlerSpec(self._describe_quorum, privileged=True),
                 ApiKey.EVENTS: HandlerSpec(self._events),
             },
-            secret=config.get("minibroker.cluster.secret"),
+            secret=cluster_secret(config),
+            failed_auth_delay_ms=config.get_int("connection.failed.authentication.delay.ms"),
             role="controller",
             max_frame_bytes=config.get_int("socket.request.max.bytes"),
             describe=lambda: {"node_id": self.settings.node_id, "state": self.state, "software": SOFTWARE},
@@ -120,6 +146,7 @@ class ControllerServer:
         loop = asyncio.get_running_loop()
         loaded = await loop.run_in_executor(None, self.mlog.load)
         self.cluster_id = await loop.run_in_executor(None, _cluster_id, self.directory)
+        self.leader_epoch = await loop.run_in_executor(None, _next_leader_epoch, self.directory)
         for off, rec in loaded.snapshot:
             self.core.replay(off, rec)
         for off, rec in loaded.records:
@@ -135,7 +162,7 @@ class ControllerServer:
         self.mlog.start()
         try:
             for name, (host, port) in self.listeners.items():
-                srv = await serve(self.dispatcher, host, port, name)
+                srv = await serve(self.dispatcher, host, port, name, ssl_context=self.tls.get(name))
                 self._servers.append(srv)
                 sock = srv.sockets[0].getsockname()
                 self.addresses[name] = (host, sock[1])
@@ -143,6 +170,13 @@ class ControllerServer:
         except OSError:
             await self.stop()
             raise
+        if self.config.get("metrics.listener", "").strip():
+            self.metrics = MetricsServer(self._metric_families)
+            try:
+                await self.metrics.start(self.config.get("metrics.listener"))
+            except OSError:
+                await self.stop()
+                raise
         self._timer = loop.create_task(self._timer_loop(), name="controller-timer")
         self.state = "RUNNING"
 
@@ -162,6 +196,8 @@ class ControllerServer:
         for conn in list(self.dispatcher.connections):
             if conn.transport is not None:
                 conn.transport.close()
+        if self.metrics is not None:
+            await self.metrics.close()
         for srv in self._servers:
             try:
                 await asyncio.wait_for(srv.wait_closed(), 2)
@@ -169,6 +205,12 @@ class ControllerServer:
                 pass
         await self.mlog.close()
         self.stopped.set()
+
+    def _metric_families(self) -> list[Family]:
+        """Triggered by each scrape of /metrics (on the event loop): the core's records as they are."""
+        topics = self.core.topics
+        parts = [p for t in sorted(topics.partitions) for _, p in sorted(topics.partitions[t].items())]
+        return controller_families(parts, self.core.cluster.brokers.values(), len(topics.topics), self.event_counts)
 
     def _die(self, exc: BaseException) -> None:
         if self.fatal is None:
@@ -207,8 +249,24 @@ class ControllerServer:
             await self._commit(out)
         return out
 
+    async def _decide_all(self, fn: Callable[..., list[Outcome]], *args: Any) -> list[Outcome]:
+        """`_decide` for a decision that returns several outcomes (the core's `tick`): each
+        is committed, in order; should the core raise, what it applied is still persisted."""
+        try:
+            outs = fn(*args)
+        except Exception:
+            partial = self.core.take_partial()
+            log.exception("controller decision %s failed; persisting %d already-applied record(s)",
+                          getattr(fn, "__name__", fn), len(partial.records))
+            await self._commit(partial)
+            raise
+        for out in outs:
+            await self._commit(out)
+        return outs
+
     async def _timer_loop(self) -> None:
-        """Liveness check (one stale broker fenced per decision, until none) and periodic tasks."""
+        """Every tick: a late timer first restarts broker sessions (`on_liveness_gap`), then
+        the core's `tick` (fence stale brokers one per outcome, then the due periodic tasks)."""
         loop = asyncio.get_running_loop()
         while True:
             slept_from = loop.time()
@@ -221,10 +279,7 @@ class ControllerServer:
                 now = self.clock.now_ms()
                 if late_ms > self.core.settings.session_timeout_ms // 2:
                     await self._decide(self.core.on_liveness_gap, now, late_ms)
-                while await self._decide(self.core.maybe_fence_one_stale_broker, now) is not None:
-                    pass
-                for task in self.core.due_periodic_tasks(now):
-                    await self._decide(task, now)
+                await self._decide_all(self.core.tick, now)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -256,6 +311,16 @@ class ControllerServer:
         out = await self._decide(self.core.delete_topics, self.clock.now_ms(), body["topics"])
         return out.response
 
+    async def _incremental_alter_configs(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
+        out = await self._decide(self.core.incremental_alter_configs, self.clock.now_ms(), body["resources"],
+                                 body["validate_only"])
+        return out.response
+
+    async def _create_partitions(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
+        out = await self._decide(self.core.create_partitions, self.clock.now_ms(), body["topics"],
+                                 body["validate_only"])
+        return out.response
+
     async def _elect_leaders(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
         out = await self._decide(self.core.elect_leaders, self.clock.now_ms(), body["election_type"], body["topics"])
         return out.response
@@ -263,6 +328,10 @@ class ControllerServer:
     async def _describe_cluster(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
         return {"error": 0, "cluster_id": self.cluster_id, "controller_id": self.settings.node_id,
                 "brokers": self.core.describe_cluster()}
+
+    async def _describe_quorum(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
+        return {**describe_quorum(self.core, self.settings.node_id, self.leader_epoch, self.clock.now_ms()),
+                "cluster_id": self.cluster_id}
 
     async def _metadata_fetch(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
         """Records from `from_offset`, long-polling up to max_wait_ms when there are none; a snapshot of

@@ -27,7 +27,7 @@ import base64
 import random
 from dataclasses import dataclass, field, replace
 from typing import Any
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from minibroker.controller.cluster import BrokerState, Cluster
 from minibroker.controller.election import Election, PartitionChange, build_partition_change
@@ -36,8 +36,9 @@ from minibroker.controller.settings import ControllerSettings
 from minibroker.controller.topics import TopicTable, topic_config_error, topic_name_error
 from minibroker.errors import ErrorCode
 from minibroker.events import Event
-from minibroker.metadata import (NO_LEADER, RECOVERED, RECOVERING, BrokerRecord, Endpoint, MetadataRecord,
-                                 PartitionRecord, RemoveTopicRecord, TopicRecord)
+from minibroker.dynamic_config import ResourceType, broker_config_error
+from minibroker.metadata import (CLUSTER_DEFAULT, NO_LEADER, RECOVERED, RECOVERING, BrokerConfigRecord, BrokerRecord,
+                                 Endpoint, MetadataRecord, PartitionRecord, RemoveTopicRecord, TopicRecord)
 
 PREFERRED_ELECTION = 0
 UNCLEAN_ELECTION = 1
@@ -72,10 +73,14 @@ class ControllerState:
         self.fixed_placement_start = fixed_placement_start
         self.cluster = Cluster()
         self.topics = TopicTable()
+        # Invariant: dynamic broker configs by broker id (CLUSTER_DEFAULT: all); no empty maps.
+        self.broker_configs: dict[int, dict[str, str]] = {}
         self.next_offset = 0
         # Offset of the record that last set each entity (for snapshots).
         self._entity_offsets: dict[Any, int] = {}
         self._out: list[tuple[int, MetadataRecord]] = []
+        # Invariant: non-empty only between a `tick` that raised and the driver's `take_partial`.
+        self._unpersisted: list[Outcome] = []
         self._events: list[Event] = []
         self._now = 0
         self.next_rebalance_ms: int | None = None
@@ -110,6 +115,12 @@ class ControllerState:
                 self._entity_offsets.pop(("p", rec.topic, p), None)
             self._entity_offsets.pop(("t", rec.topic), None)
             self.topics.apply(rec)
+        elif isinstance(rec, BrokerConfigRecord):
+            if rec.configs:
+                self.broker_configs[rec.broker_id] = dict(rec.configs)
+            else:
+                self.broker_configs.pop(rec.broker_id, None)
+            self._entity_offsets[("c", rec.broker_id)] = offset
         else:  # pragma: no cover - from_wire only yields the four types
             raise ValueError(f"unknown metadata record {rec!r}")
         self.next_offset = max(self.next_offset, offset + 1)
@@ -137,13 +148,19 @@ class ControllerState:
     def take_partial(self) -> Outcome:
         """Triggered when an event handler raised (a bug): the records it had already applied,
         so the driver can still persist them and the image never runs ahead of the log."""
-        return self._finish({"error": int(ErrorCode.UNKNOWN_SERVER_ERROR)})
+        done, self._unpersisted = self._unpersisted, []
+        last = self._finish({"error": int(ErrorCode.UNKNOWN_SERVER_ERROR)})
+        records = [r for o in done for r in o.records] + last.records
+        events = [e for o in done for e in o.events] + last.events
+        return Outcome(records, events, last.response)
 
     def image(self) -> list[tuple[int, MetadataRecord]]:
         """The whole current image as records (a snapshot): brokers, then each topic and its partitions."""
         out: list[tuple[int, MetadataRecord]] = []
         for b in sorted(self.cluster.brokers):
             out.append((self._entity_offsets.get(("b", b), -1), self.cluster.brokers[b]))
+        for b in sorted(self.broker_configs):
+            out.append((self._entity_offsets.get(("c", b), -1), BrokerConfigRecord(b, dict(self.broker_configs[b]))))
         for t in sorted(self.topics.topics):
             out.append((self._entity_offsets.get(("t", t), -1), self.topics.topics[t]))
             for p in sorted(self.topics.partitions[t]):
@@ -152,8 +169,12 @@ class ControllerState:
 
     # -------------------------------------------------------------- helpers
     def _topic_config(self, topic: str, key: str) -> str | None:
+        """The topic's override, else the cluster-wide dynamic default (per-broker dynamic
+        configs act on that broker's own leaders, not on the controller's decisions)."""
         t = self.topics.topics.get(topic)
-        return t.configs.get(key) if t is not None else None
+        if t is not None and key in t.configs:
+            return t.configs[key]
+        return self.broker_configs.get(CLUSTER_DEFAULT, {}).get(key)
 
     def unclean_enabled(self, topic: str) -> bool:
         v = self._topic_config(topic, "unclean.leader.election.enable")
@@ -465,8 +486,12 @@ class ControllerState:
         err = topic_config_error(t.get("configs") or {}, self.settings.max_message_bytes_limit)
         if err is not None:
             return ErrorCode.INVALID_CONFIG, err, None
-        n, rf = t.get("num_partitions", -1), t.get("replication_factor", -1)
-        assignments = t.get("assignments")
+        return self._plan_replicas(t.get("num_partitions", -1), t.get("replication_factor", -1), t.get("assignments"))
+
+    def _plan_replicas(self, n: int, rf: int, assignments: list[list[int]] | None
+                       ) -> tuple[ErrorCode, str, list[list[int]] | None]:
+        """Replica lists for `n` new partitions: the manual `assignments` checked, or placed
+        (rack-aware, active brokers first) with replication factor `rf` (-1: the defaults)."""
         if assignments:
             if n != -1:
                 return (ErrorCode.INVALID_REQUEST, "A manual partition assignment was specified, but "
@@ -624,9 +649,15 @@ class ControllerState:
         """One timer tick as the driver runs it: fence stale brokers (one per outcome), then the
         due periodic tasks. Outcomes without records or events are left out."""
         outs: list[Outcome] = []
-        while (o := self.maybe_fence_one_stale_broker(now_ms)) is not None:
-            outs.append(o)
-        outs += [task(now_ms) for task in self.due_periodic_tasks(now_ms)]
+        try:
+            while (o := self.maybe_fence_one_stale_broker(now_ms)) is not None:
+                outs.append(o)
+            for task in self.due_periodic_tasks(now_ms):
+                outs.append(task(now_ms))
+        except Exception:
+            # The outcomes finished before the failure are applied too: `take_partial` hands them over.
+            self._unpersisted = outs
+            raise
         return [o for o in outs if o.records or o.events]
 
     # --------------------------------------------------------- AlterPartition
@@ -739,6 +770,139 @@ class ControllerState:
                         "listeners": [{"name": e.name, "host": e.host, "port": e.port} for e in r.listeners]})
         return out
 
+    # -------------------------------------------------------------- configs
+    def incremental_alter_configs(self, now_ms: int, resources: Sequence[dict[str, Any]],
+                                  validate_only: bool = False) -> Outcome:
+        """Triggered by IncrementalAlterConfigs (forwarded by a broker): SET/DELETE on a topic's
+        overrides (a new TopicRecord) or on a broker's or the cluster default's dynamic configs
+        (a BrokerConfigRecord). Each resource succeeds or fails alone."""
+        self._begin(now_ms)
+        results = []
+        for r in resources:
+            code, msg = self._alter_resource(r, validate_only)
+            results.append({"resource_type": r["resource_type"], "resource_name": r["resource_name"],
+                            "error": int(code), "message": msg})
+        return self._finish({"results": results, "metadata_offset": self.next_offset - 1 if self._out else -1})
+
+    def _alter_resource(self, r: dict[str, Any], validate_only: bool) -> tuple[ErrorCode, str]:
+        rtype, name = r["resource_type"], r["resource_name"]
+        ops = r["configs"]
+        if any(op["op"] not in (0, 1) for op in ops):
+            return ErrorCode.INVALID_REQUEST, "only SET (0) and DELETE (1) apply to these configs"
+        if any(op["op"] == 0 and op.get("value") is None for op in ops):
+            return ErrorCode.INVALID_REQUEST, "SET needs a value"
+        if len({op["name"] for op in ops}) != len(ops):
+            return ErrorCode.INVALID_REQUEST, "a config is named more than once"
+        if rtype == ResourceType.TOPIC:
+            t = self.topics.topics.get(name)
+            if t is None:
+                return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist"
+            new = _applied(t.configs, ops)
+            err = topic_config_error({k: v for k, v in new.items() if k not in t.configs or t.configs[k] != v})
+            if err is not None:
+                return ErrorCode.INVALID_CONFIG, err
+            if not validate_only and new != t.configs:
+                self._append(replace(t, configs=new))
+                self._emit("config_changed", name, dict(t.configs), new, f"topic {name} configs altered",
+                           resource="topic", name=name)
+            return ErrorCode.NONE, ""
+        if rtype == ResourceType.BROKER:
+            try:
+                bid = CLUSTER_DEFAULT if name == "" else int(name)
+            except ValueError:
+                return ErrorCode.INVALID_REQUEST, f"broker resource name {name!r}: expected a broker id or \"\""
+            if bid != CLUSTER_DEFAULT and bid < 0:
+                return ErrorCode.INVALID_REQUEST, f"broker resource name {name!r}: expected a broker id or \"\""
+            old = self.broker_configs.get(bid, {})
+            new = _applied(old, ops)
+            err = broker_config_error({op["name"]: op.get("value") or "" for op in ops if op["op"] == 0}) or \
+                broker_config_error({op["name"]: "1" for op in ops if op["op"] == 1})
+            if err is not None:
+                return ErrorCode.INVALID_CONFIG if "Invalid value" in err else ErrorCode.INVALID_REQUEST, err
+            if not validate_only and new != old:
+                self._append(BrokerConfigRecord(bid, new))
+                who = "the cluster default" if bid == CLUSTER_DEFAULT else f"broker {bid}"
+                self._emit("config_changed", "", dict(old), new, f"dynamic configs of {who} altered",
+                           resource="broker", name=name)
+            return ErrorCode.NONE, ""
+        return ErrorCode.INVALID_REQUEST, f"unsupported resource type {rtype}"
+
+    # -------------------------------------------------------------- partitions
+    def create_partitions(self, now_ms: int, topics: Sequence[dict[str, Any]], validate_only: bool = False) -> Outcome:
+        """Triggered by CreatePartitions (forwarded by a broker): grow a topic to `count`
+        partitions, placed as new topics are (or as given), each led by its first live replica."""
+        self._begin(now_ms)
+        results = []
+        for t in topics:
+            code, msg, plan = self._plan_partitions(t)
+            if code is ErrorCode.NONE and plan and not validate_only:
+                topic = self.topics.topics[t["topic"]]
+                first = topic.num_partitions
+                self._append(replace(topic, num_partitions=first + len(plan)))
+                for i, replicas in enumerate(plan):
+                    isr = tuple(b for b in replicas if self.cluster.is_active(b))
+                    self._append(PartitionRecord(topic.topic, first + i, tuple(replicas), isr, isr[0], 0, 0,
+                                                 reason="created by CreatePartitions"))
+                self._emit("partitions_created", topic.topic, first, first + len(plan),
+                           f"topic {topic.topic}: {first} -> {first + len(plan)} partitions",
+                           topic=topic.topic, assignments=plan)
+            results.append({"topic": t["topic"], "error": int(code), "message": msg})
+        return self._finish({"results": results, "metadata_offset": self.next_offset - 1 if self._out else -1})
+
+    def _plan_partitions(self, t: dict[str, Any]) -> tuple[ErrorCode, str, list[list[int]] | None]:
+        topic = self.topics.topics.get(t["topic"])
+        if topic is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{t['topic']}' does not exist.", None
+        have, want = topic.num_partitions, t["count"]
+        if want < have:
+            return (ErrorCode.INVALID_PARTITIONS, f"The topic {topic.topic} currently has {have} partition(s); "
+                    f"{want} would not be an increase.", None)
+        if want == have:
+            return ErrorCode.INVALID_PARTITIONS, f"Topic already has {have} partition(s).", None
+        current = self.topics.partitions.get(topic.topic, {})
+        rf = len(current[0].replicas) if 0 in current else 1
+        assignments = t.get("assignments")
+        if assignments is not None:
+            if len(assignments) != want - have:
+                return (ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Attempted to add {want - have} additional "
+                        f"partition(s), but only {len(assignments)} assignment(s) were specified.", None)
+            code, msg, plan = self._plan_replicas(-1, -1, assignments)
+            if code is not ErrorCode.NONE:
+                return code, msg, None
+            if any(len(a) != rf for a in assignments):
+                return (ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"The manual partition assignment has replica "
+                        f"lists of a length other than the topic's replication factor {rf}.", None)
+            return ErrorCode.NONE, "", [list(a) for a in assignments]
+        return self._plan_replicas(want - have, rf, None)
+
+
+def _applied(configs: Mapping[str, str], ops: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """`configs` after IncrementalAlterConfigs SET (0) / DELETE (1) operations."""
+    out = dict(configs)
+    for op in ops:
+        if op["op"] == 0:
+            out[op["name"]] = str(op["value"]).strip()
+        else:
+            out.pop(op["name"], None)
+    return out
+
+
+def describe_quorum(state: ControllerState, node_id: int, leader_epoch: int, now_ms: int) -> dict[str, Any]:
+    """DescribeQuorum for a single controller: it is the only voter (and leader, its log end the
+    high watermark); every registered broker is an observer at the offset its last heartbeat
+    reported. `now_ms` is wall-clock-anchored, as Kafka's timestamps."""
+    hw = state.next_offset
+    observers = []
+    for b in sorted(state.cluster.brokers):
+        s = state.cluster.sessions.get(b)
+        leo = s.metadata_offset + 1 if s is not None and s.metadata_offset >= 0 else -1
+        last = s.last_contact_ms if s is not None else -1
+        observers.append({"replica_id": b, "log_end_offset": leo, "last_fetch_timestamp": last,
+                          "last_caught_up_timestamp": last if leo >= hw else -1})
+    return {"error": 0, "leader_id": node_id, "leader_epoch": leader_epoch, "high_watermark": hw,
+            "voters": [{"replica_id": node_id, "log_end_offset": hw, "last_fetch_timestamp": now_ms,
+                        "last_caught_up_timestamp": now_ms}],
+            "observers": observers}
 
 def _requested_partitions(t: dict[str, Any], default: int) -> int:
     """How many partitions a CreateTopics entry asks for (before any validation)."""

@@ -19,13 +19,13 @@ decoded and validated on a worker thread in pieces, so no request holds the
 loop. A connection must send its first complete frame within
 `first_frame_ms`, is closed after `idle_ms` without a request in flight or
 traffic (connections.max.idle.ms), and a failed authentication closes it
-after `auth_failure_delay_ms` (connection.failed.authentication.delay.ms).
+after `failed_auth_delay_ms` (connection.failed.authentication.delay.ms).
 """
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
+import ssl
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -33,6 +33,8 @@ from typing import Any
 from collections.abc import Awaitable, Callable
 
 from minibroker.errors import ErrorCode, KafkaError
+from minibroker.net.sasl import SaslServerSession, server_credential
+from minibroker.net.scram import ScramCredential
 from minibroker.net.tcp import set_nodelay
 from minibroker.protocol.api import HEADER, REQUESTS, ApiKey
 from minibroker.protocol.framing import (CHUNK_BYTES, DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FramingError,
@@ -47,7 +49,6 @@ _NO_RESPONSE = object()
 DEFAULT_MAX_INFLIGHT = 8                 # minibroker.max.inflight.requests.per.connection
 DEFAULT_IDLE_MS = 600_000                # connections.max.idle.ms (Kafka's default)
 DEFAULT_FIRST_FRAME_MS = 10_000          # minibroker.connections.first.frame.timeout.ms
-DEFAULT_AUTH_FAILURE_DELAY_MS = 100      # connection.failed.authentication.delay.ms (Kafka's default)
 WRITE_BUFFER_HIGH_WATER = 1 << 20        # pause reading while this much output is unread
 AUTHENTICATED_WINDOW_FACTOR = 8
 LARGE_RESPONSE_ENTRIES = 2_000           # responses with more entries are encoded on the decoder thread
@@ -92,10 +93,17 @@ class HandlerSpec:
 
 @dataclass
 class Dispatcher:
-    """What a process serves: handlers by API key, and the cluster secret."""
+    """What a process serves: handlers by API key, and the SCRAM credential that
+    privileged connections must prove. Given a `secret`, it keeps only the salted
+    credential derived from it (and blanks `secret`).
+    Invariant: `secret` is "" after construction."""
     handlers: dict[ApiKey, HandlerSpec]
     secret: str
     role: str
+    credential: ScramCredential | None = None
+    # connection.failed.authentication.delay.ms: a failed exchange is answered, and the
+    # connection closed, only after this delay (one guess per connection per delay).
+    failed_auth_delay_ms: int = 100
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     # Extra ApiVersions fields describing the process: node_id, state, software.
     describe: Callable[[], dict[str, Any]] = lambda: {}
@@ -103,7 +111,6 @@ class Dispatcher:
     max_inflight: int = DEFAULT_MAX_INFLIGHT
     idle_ms: int = DEFAULT_IDLE_MS
     first_frame_ms: int = DEFAULT_FIRST_FRAME_MS
-    auth_failure_delay_ms: int = DEFAULT_AUTH_FAILURE_DELAY_MS
 
     def configure(self, config: Any) -> None:
         """Connection limits from a Config (broker and controller share the keys)."""
@@ -112,12 +119,16 @@ class Dispatcher:
         self.idle_ms = int(config.get("connections.max.idle.ms", str(DEFAULT_IDLE_MS)))
         self.first_frame_ms = int(config.get("minibroker.connections.first.frame.timeout.ms",
                                              str(DEFAULT_FIRST_FRAME_MS)))
-        self.auth_failure_delay_ms = int(config.get("connection.failed.authentication.delay.ms",
-                                                    str(DEFAULT_AUTH_FAILURE_DELAY_MS)))
+
+    def __post_init__(self) -> None:
+        if self.credential is None and self.secret:
+            self.credential = server_credential(self.secret)
+        self.secret = ""
 
     def api_versions(self) -> list[dict[str, int]]:
         keys = [{"api": int(k), "min_v": s.versions[0], "max_v": s.versions[1]} for k, s in self.handlers.items()]
         keys.append({"api": int(ApiKey.API_VERSIONS), "min_v": 0, "max_v": 0})
+        keys.append({"api": int(ApiKey.SASL_HANDSHAKE), "min_v": 0, "max_v": 0})
         keys.append({"api": int(ApiKey.SASL_AUTHENTICATE), "min_v": 0, "max_v": 0})
         return sorted(keys, key=lambda d: d["api"])
 
@@ -130,7 +141,7 @@ class ServerConnection(asyncio.Protocol):
     def __init__(self, dispatcher: Dispatcher, listener: str) -> None:
         self.dispatcher = dispatcher
         self.listener = listener
-        self.authenticated = False
+        self.sasl = SaslServerSession(dispatcher.credential)
         self.peer = "?"
         self.transport: asyncio.Transport | None = None
         self._decoder = FrameDecoder(dispatcher.max_frame_bytes)
@@ -146,6 +157,10 @@ class ServerConnection(asyncio.Protocol):
         self._last_active = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self.closed_event = asyncio.Event()
+
+    @property
+    def authenticated(self) -> bool:
+        return self.sasl.authenticated
 
     # -- asyncio.Protocol --------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -314,8 +329,12 @@ class ServerConnection(asyncio.Protocol):
         except ValueError:
             self._answer(slot, _error(cid, ErrorCode.UNSUPPORTED_VERSION, f"unknown api key {header['api']}"))
             return
-        if api is ApiKey.API_VERSIONS or api is ApiKey.SASL_AUTHENTICATE:
-            self._answer(slot, self._builtin(api, cid, msg))
+        if api in _BUILTIN:
+            resp = self._builtin(api, cid, msg)
+            if self.sasl.failed:
+                self._fail_authentication(slot, resp)
+            else:
+                self._answer(slot, resp)
             return
         spec = self.dispatcher.handlers.get(api)
         if spec is None:
@@ -370,23 +389,36 @@ class ServerConnection(asyncio.Protocol):
             return {"id": cid, "error": 0, "api_keys": self.dispatcher.api_versions(),
                     "role": self.dispatcher.role, **self.dispatcher.describe()}
         try:
-            body = validate(msg, REQUESTS[ApiKey.SASL_AUTHENTICATE])
+            body = validate(msg, REQUESTS[api])
         except SchemaError as exc:
-            return _error(cid, ErrorCode.INVALID_REQUEST, str(exc))
-        if body["mechanism"] == "PLAIN" and hmac.compare_digest(body["secret"].encode(), self.dispatcher.secret.encode()):
-            self.authenticated = True
-            return {"id": cid, "error": 0}
-        log.warning("failed authentication from %s on %s", self.peer, self.listener)
-        self._close_after_failed_auth()
-        return _error(cid, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "bad cluster secret")
+            return {"id": cid, **self.sasl.reject(ErrorCode.INVALID_REQUEST, str(exc))}
+        if api is ApiKey.SASL_HANDSHAKE:
+            resp = self.sasl.on_handshake(body)
+        else:
+            resp = self.sasl.on_authenticate(body)
+            if self.sasl.authenticated:
+                log.info("authenticated %s from %s on %s (%s)", self.sasl.principal, self.peer, self.listener,
+                         "SCRAM-SHA-256")
+        return {"id": cid, **resp}
 
-    def _close_after_failed_auth(self) -> None:
-        """Kafka closes a connection whose authentication failed after
-        connection.failed.authentication.delay.ms; nothing more is read from it."""
+    def _fail_authentication(self, slot: asyncio.Future, resp: dict[str, Any]) -> None:
+        """A failed SASL step: serve nothing more (later frames are read and dropped), answer after
+        the delay, then close (Kafka's connection.failed.authentication.delay.ms), so that each
+        guess costs a connection and a delay."""
+        log.warning("failed authentication from %s on %s: %s", self.peer, self.listener, self.sasl.failure)
+        self._closed = True
         self._auth_failed = True
         self._update_reading()
-        asyncio.get_running_loop().call_later(self.dispatcher.auth_failure_delay_ms / 1000, self.abort,
-                                              "authentication failed")
+
+        def answer_and_close() -> None:
+            t = self.transport
+            if t is not None and not t.is_closing():
+                t.write(encode_frame(resp))
+                if t.can_write_eof():
+                    t.write_eof()
+                t.close()
+        asyncio.get_running_loop().call_later(self.dispatcher.failed_auth_delay_ms / 1000, answer_and_close)
+
 
     def _answer(self, slot: asyncio.Future, resp: Any) -> None:
         if not slot.done():
@@ -426,11 +458,16 @@ def _decode_and_validate(body: bytes) -> tuple[dict[str, Any], Any]:
         return msg, exc
 
 
+_BUILTIN = (ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
+
+
 def _error(cid: int, code: ErrorCode | int, message: str = "") -> dict[str, Any]:
     return {"id": cid, "error": int(code), "message": message}
 
 
-async def serve(dispatcher: Dispatcher, host: str, port: int, listener: str) -> asyncio.base_events.Server:
+async def serve(dispatcher: Dispatcher, host: str, port: int, listener: str,
+                ssl_context: ssl.SSLContext | None = None) -> asyncio.base_events.Server:
+    """Listen on host:port; with `ssl_context`, the listener speaks TLS (security.protocol SSL)."""
     loop = asyncio.get_running_loop()
     return await loop.create_server(lambda: ServerConnection(dispatcher, listener), host, port,
-                                    reuse_address=True, backlog=1024)
+                                    reuse_address=True, backlog=1024, ssl=ssl_context)

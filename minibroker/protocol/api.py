@@ -5,7 +5,7 @@ Every request map carries the header fields `api`, `v`, `id`, `client`
 plus the body fields of its API at the top level. Every response carries
 `id` (echoed) and the body fields; a request that fails as a whole is
 answered with `{"id", "error", "message"}` (an `ErrorCode` number).
-Record batches travel as msgpack bin (opaque bytes, see minibroker.records).
+Record batches travel as msgpack bin: opaque bytes in Kafka's RecordBatch v2 format (see minibroker.records).
 
 Conventions: -1 means "none/unknown" for ids, epochs and offsets; errors are
 `ErrorCode` ints; optional fields default as shown by `Opt`.
@@ -23,11 +23,16 @@ class ApiKey(enum.IntEnum):
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
+    CREATE_PARTITIONS = 37
     ELECT_LEADERS = 43
+    INCREMENTAL_ALTER_CONFIGS = 44
+    DESCRIBE_QUORUM = 55
     ALTER_PARTITION = 56
     DESCRIBE_CLUSTER = 60
     BROKER_REGISTRATION = 62
@@ -43,6 +48,7 @@ HEADER = {"api": int, "v": int, "id": int, "client": Opt(str, "")}
 # Timestamps in ListOffsets, as Kafka.
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3          # KIP-734: the offset of the record with the largest timestamp
 
 _produce_partition = {"partition": int, "records": bytes}
 _fetch_partition = {
@@ -93,7 +99,23 @@ REQUESTS: dict[ApiKey, dict[str, Any]] = {
         "topics": [str],
         "timeout_ms": Opt(int, 30_000),
     },
-    ApiKey.SASL_AUTHENTICATE: {"mechanism": str, "secret": str},
+    ApiKey.SASL_HANDSHAKE: {"mechanism": str},
+    ApiKey.SASL_AUTHENTICATE: {"auth_bytes": bytes},     # one SCRAM message (minibroker.net.scram)
+    ApiKey.DESCRIBE_CONFIGS: {
+        # resource_type 2 = topic, 4 = broker (name "" = the cluster default); names None = every config
+        "resources": [{"resource_type": int, "resource_name": str, "names": Opt(Nullable([str]), None)}],
+    },
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: {
+        "resources": [{"resource_type": int, "resource_name": str,
+                       # op: 0 SET, 1 DELETE (Kafka's AlterConfigOp; APPEND/SUBTRACT are for list configs)
+                       "configs": [{"name": str, "op": Opt(int, 0), "value": Opt(Nullable(str), None)}]}],
+        "validate_only": Opt(bool, False),
+    },
+    ApiKey.CREATE_PARTITIONS: {
+        "topics": [{"topic": str, "count": int, "assignments": Opt(Nullable([[int]]), None)}],
+        "timeout_ms": Opt(int, 30_000),
+        "validate_only": Opt(bool, False),
+    },
     ApiKey.ELECT_LEADERS: {
         "election_type": int,                    # 0 preferred, 1 unclean
         "topics": Nullable([{"topic": str, "partitions": [int]}]),  # None = all partitions
@@ -111,6 +133,7 @@ REQUESTS: dict[ApiKey, dict[str, Any]] = {
         }]}],
     },
     ApiKey.DESCRIBE_CLUSTER: {},
+    ApiKey.DESCRIBE_QUORUM: {},
     ApiKey.BROKER_REGISTRATION: {
         "broker_id": int,
         "incarnation_id": str,

@@ -65,7 +65,7 @@ class FollowerState:
 class PendingIsrChange:
     """An ISR change proposed to the controller and not yet answered (I2/I3).
 
-    Invariant: at most one per partition (I4); `isr` is in replica order and
+    Invariant: at most one per partition (I4); `isr` is in Kafka's ISR order and
     contains the leader.
     """
     kind: str                   # 'expand' | 'shrink'
@@ -80,7 +80,7 @@ class Decision:
     """What one event changed, for the driver to act on.
 
     `isr_proposal` (kafka profile): an AlterPartition the driver must send
-    (or resend), the proposed ISR in replica order. `completed`: acks=all
+    (or resend), the proposed ISR (a joiner last). `completed`: acks=all
     waiters resolved by this event, in offset order, after the state change.
     `error`: a per-partition error for the event itself (fetch only).
     """
@@ -167,7 +167,8 @@ class PartitionLeader:
         self._fetch_events = fetch_events  # Invariant: False only skips routine follower_fetch events
         self._sink = sink
         self._replicas: tuple[int, ...] = replicas_t
-        # Invariant: contains the leader; a subset of replicas; replica order.
+        # Invariant: contains the leader; a subset of replicas; in the controller's order
+        # (a rejoining replica is appended at the end, as Kafka keeps it).
         self._isr: tuple[int, ...] = self._ordered(isr)
         self._check_isr(self._isr)
         self._pending: PendingIsrChange | None = None
@@ -218,12 +219,12 @@ class PartitionLeader:
 
     @property
     def isr(self) -> tuple[int, ...]:
-        """The committed ISR, in replica order."""
+        """The committed ISR, in the controller's order (a rejoiner last)."""
         return self._isr
 
     @property
     def maximal_isr(self) -> tuple[int, ...]:
-        """Committed ISR plus a pending expansion's joiner, in replica order."""
+        """Committed ISR plus a pending expansion's joiner (at the end)."""
         return self._maximal
 
     @property
@@ -521,6 +522,18 @@ class PartitionLeader:
                        f"resend after {name}", change=p.kind)
         return self._finish(d)
 
+    def on_min_isr_changed(self, min_isr: int, now_ms: int) -> Decision:
+        """A topic or dynamic broker config set min.insync.replicas (kafka-configs --alter):
+        effective for the next acks=all append and the under-min-ISR checks."""
+        if min_isr < 1:
+            raise ValueError("min_isr must be >= 1")
+        d = self._begin()
+        if min_isr != self.min_isr:
+            self._emit(d, "min_isr_changed", now_ms, self.min_isr, min_isr,
+                       f"min.insync.replicas {self.min_isr} -> {min_isr} (config change)")
+            self.min_isr = min_isr
+        return self._finish(d)
+
     def on_metadata(
         self, isr: list[int], partition_epoch: int, leader_epoch: int,
         replicas: list[int], now_ms: int,
@@ -614,10 +627,11 @@ class PartitionLeader:
         t = now_ms if in_isr else None
         return FollowerState(self._hw if in_isr else UNKNOWN, t, t, self._leo)
 
-    def _ordered(self, members: Iterable[int]) -> tuple[int, ...]:
-        s = set(members)
-        return tuple(r for r in self._replicas if r in s) + tuple(
-            sorted(r for r in s if r not in self._replicas))
+    @staticmethod
+    def _ordered(members: Iterable[int]) -> tuple[int, ...]:
+        """The ISR in Kafka's order: as the controller keeps it, a joiner appended
+        at the end (Partition.prepareIsrExpand), duplicates dropped."""
+        return tuple(dict.fromkeys(members))
 
     def _check_isr(self, isr: tuple[int, ...]) -> None:
         if self.leader_id not in isr:

@@ -28,6 +28,7 @@ recovery. The one thing a crash can lose is an election-time entry with no
 data after it, which Kafka's truncation rules make harmless.
 
 Events (`kind`, reason): `truncation` (extra `side`: "end" for truncate_to,
+"epochs" for a truncate_to at or above the LEO that only dropped epoch entries,
 "full" for truncate_fully_and_start_at, "start" for log-start moves and
 segment deletion) and `recovery` (on opening an existing log).
 """
@@ -36,10 +37,10 @@ from __future__ import annotations
 import bisect
 import os
 import threading
-import time
 from typing import NamedTuple
 from collections.abc import Callable
 
+from minibroker import clock
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.events import Event, EventSink, discard
 from minibroker.records import (
@@ -74,7 +75,7 @@ class UnexpectedAppendOffset(KafkaError):
 
 
 def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
+    return clock.now_ms()
 
 
 def _partition_name(directory: str) -> str:
@@ -354,6 +355,39 @@ class PartitionLog:
     def _segment_index_for(self, offset: int) -> int:
         return max(bisect.bisect_right(self._bases, offset) - 1, 0)
 
+    def offset_for_timestamp(self, timestamp: int, upper_bound_offset: int) -> tuple[int, int] | None:
+        """ListOffsets by time (KIP-79) at batch granularity: (offset, max timestamp) of the first
+        batch below `upper_bound_offset` whose max timestamp >= `timestamp` (its base offset, or
+        the log start if higher), or None. Blocking reads: call off the event loop."""
+        with self._lock:
+            segments = list(self._segments)
+        for seg in segments:
+            if seg.max_timestamp < timestamp:
+                continue
+            for h in seg._walk(0, seg.size):
+                if h.base_offset >= upper_bound_offset:
+                    return None
+                if h.last_offset >= self._log_start_offset and h.max_timestamp >= timestamp:
+                    return max(h.base_offset, self._log_start_offset), h.max_timestamp
+        return None
+
+    def offset_of_max_timestamp(self, upper_bound_offset: int) -> tuple[int, int] | None:
+        """ListOffsets MAX_TIMESTAMP (-3, KIP-734) at batch granularity: (last offset, timestamp) of
+        the first batch below `upper_bound_offset` with the largest max timestamp, or None if empty.
+        Blocking reads: call off the event loop."""
+        with self._lock:
+            segments = list(self._segments)
+        best: tuple[int, int] | None = None
+        for seg in segments:
+            if seg.size == 0 or (best is not None and seg.max_timestamp <= best[1]):
+                continue
+            for h in seg._walk(0, seg.size):
+                if h.last_offset >= upper_bound_offset:
+                    break
+                if h.last_offset >= self._log_start_offset and (best is None or h.max_timestamp > best[1]):
+                    best = (h.last_offset, h.max_timestamp)
+        return best
+
     def read(self, fetch_offset: int, max_bytes: int, upper_bound_offset: int | None = None, *,
              min_one_batch: bool = True) -> bytes:
         """Fetch path: the raw bytes of whole batches, starting with the batch
@@ -436,11 +470,24 @@ class PartitionLog:
         log ends at that batch's base offset. Trims the epoch cache from the
         end and lowers the recovery point. Returns the new LEO (which may be
         below `offset`; the caller clamps its HW to it). No-op at or above
-        the LEO. Emits a `truncation` event."""
+        the LEO for the data, but not for the epoch cache: entries starting
+        at or above the LEO are still dropped (E4, Kafka's `truncateTo`),
+        because this broker may have led an epoch and appended nothing in it
+        before another leader was elected; keeping that entry makes every
+        later divergence answer look new (issue 9's livelock). Emits a
+        `truncation` event whenever the log or the epoch cache changed."""
         if offset < 0:
             raise ValueError(f"cannot truncate to negative offset {offset}")
         before = self.log_end_offset
         if offset >= before:
+            with self._lock:
+                stale = self.epoch_cache.truncate_from_end(before)
+            if stale:
+                self._emit("truncation", before, before,
+                           f"{reason}; dropped epoch entries {stale} starting at or after the LEO "
+                           "(an epoch led here without appends)",
+                           side="epochs", requested_offset=offset, segments_deleted=[],
+                           epoch_entries_removed=[list(e) for e in stale])
             return before
         if offset < self._segments[0].base_offset:
             self.truncate_fully_and_start_at(offset, reason=reason)

@@ -18,10 +18,10 @@ import asyncio
 import json
 import os
 import random
-import secrets
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from minibroker.client.admin import Admin
 from minibroker.errors import KafkaError
+from minibroker.net.credentials import generate_secret, write_private_file
 from minibroker.protocol.api import ApiKey
 from minibroker.protocol.framing import FrameDecoder, encode_frame
 from minibroker.testing.layout import CONTROLLER_ID, ClusterLayout, plan, properties_text
@@ -94,10 +95,28 @@ def pid_alive(pid: int | None) -> bool:
     return st is not None and st not in ("Z", "X")
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+class FreePorts:
+    """Picks free ports, holding each one bound until `close()`, so the kernel
+    cannot hand the same port out twice within one layout (a port bound and
+    released at once may be the next one returned for port 0)."""
+
+    def __init__(self) -> None:
+        self._held: list[socket.socket] = []
+
+    def __call__(self, host: str, _default: int = 0) -> int:
+        s = socket.socket()
+        try:
+            s.bind((host, 0))
+        except OSError:
+            s.close()
+            raise
+        self._held.append(s)
+        return int(s.getsockname()[1])
+
+    def close(self) -> None:
+        for s in self._held:
+            s.close()
+        self._held.clear()
 
 
 @dataclass
@@ -125,10 +144,13 @@ class LocalCluster:
     @classmethod
     def create(cls, data_dir: str, *, brokers: int = 3, free_ports: bool = False, proxied: bool = True,
                overrides: Mapping[str, str] | None = None, controller_overrides: Mapping[str, str] | None = None,
-               fast: bool = False) -> LocalCluster:
+               fast: bool = False, tls: bool = False,
+               racks: tuple[str, ...] | None = None) -> LocalCluster:
         """Lay out a new cluster in `data_dir` (not started). `free_ports` picks a random
         127.x.y.0/24 and free ports (tests); otherwise the well-known layout: brokers on
-        127.0.0.1..N:9092, controller on 127.0.0.1:9093."""
+        127.0.0.1..N:9092, controller on 127.0.0.1:9093. Each cluster gets its own random
+        secret in <data_dir>/cluster.secret (0600); `tls` also makes a local CA and
+        certificates under <data_dir>/tls and turns every listener to TLS. `racks` are cycled over the brokers."""
         data_dir = os.path.abspath(data_dir)
         if os.path.exists(state_path(data_dir)):
             raise ClusterError(f"{data_dir} already holds a cluster ({STATE_FILE}); "
@@ -141,17 +163,32 @@ class LocalCluster:
             prefix = f"127.{random.randint(1, 254)}.{random.randint(1, 254)}"
             hosts = [f"{prefix}.{i}" for i in range(1, 10)]
             controller_host = f"{prefix}.10"
-            port_for: Callable[[str, int], int] = lambda h, _d: _free_port(h)
+            free = FreePorts()
+            port_for: Callable[[str, int], int] = free
         else:
+            free = None
             hosts = [f"127.0.0.{i}" for i in range(1, 10)]
             controller_host = "127.0.0.1"
             port_for = lambda _h, d: d
-        layout = plan(data_dir, brokers=brokers, hosts=hosts, controller_host=controller_host,
-                      port_for=port_for, proxied=proxied, secret=secrets.token_hex(16),
-                      broker_overrides=settings, controller_overrides=dict(controller_overrides or {}))
+        try:
+            layout = plan(data_dir, brokers=brokers, hosts=hosts, controller_host=controller_host,
+                          port_for=port_for, proxied=proxied, tls=tls, racks=racks,
+                          broker_overrides=settings, controller_overrides=dict(controller_overrides or {}))
+        except ValueError as exc:
+            raise ClusterError(str(exc)) from None
+        finally:
+            if free is not None:
+                free.close()
         if not free_ports:
             cls._check_ports_free(layout)
         os.makedirs(data_dir, exist_ok=True)
+        write_private_file(layout.secret_file, (generate_secret() + "\n").encode())
+        if tls:
+            from minibroker.testing.local_ca import LocalCAError, create_cluster_certificates
+            try:
+                create_cluster_certificates(layout.tls_dir, layout.hosts(), layout.client_properties())
+            except LocalCAError as exc:
+                raise ClusterError(str(exc)) from None
         cluster = cls(layout)
         cluster._write_configs()
         cluster.save()
@@ -160,7 +197,9 @@ class LocalCluster:
     @staticmethod
     def _check_ports_free(layout: ClusterLayout) -> None:
         addrs = [layout.controller] + [(b.host, b.port) for b in layout.brokers] + \
-                [a for b in layout.brokers for a in b.internal.values()] + [r.listen for r in layout.routes]
+                [(b.host, b.kafka_port) for b in layout.brokers if b.kafka_port] + \
+                [a for b in layout.brokers for a in b.internal.values()] + [r.listen for r in layout.routes] + \
+                [a for a in [layout.controller_metrics] + [b.metrics for b in layout.brokers] if a is not None]
         if layout.proxy_control:
             addrs.append(layout.proxy_control)
         for host, port in addrs:
@@ -183,14 +222,22 @@ class LocalCluster:
                                f"start one with `minibroker cluster up`") from None
         except (OSError, ValueError) as exc:
             raise ClusterError(f"cannot read {path}: {exc}") from None
-        return cls(ClusterLayout.from_dict(d["layout"]), d.get("pids"), d.get("blocked"))
+        cluster = cls(ClusterLayout.from_dict(d["layout"]), d.get("pids"), d.get("blocked"))
+        old_secret = d["layout"].get("secret")
+        if old_secret:
+            # A cluster laid out before secrets moved to a 0600 file: move it there.
+            write_private_file(cluster.layout.secret_file, (old_secret + "\n").encode())
+            cluster._write_configs()
+            cluster.save()
+        return cluster
 
     def save(self) -> None:
         path = state_path(self.layout.data_dir)
         tmp = path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump({"version": 1, "layout": self.layout.to_dict(), "pids": self.pids,
-                       "blocked": self.blocked, "bootstrap": self.layout.bootstrap}, f, indent=1)
+                       "blocked": self.blocked, "bootstrap": self.layout.bootstrap,
+                       "kafka_bootstrap": self.layout.kafka_bootstrap}, f, indent=1)
         os.replace(tmp, path)
 
     def _write_configs(self) -> None:
@@ -216,6 +263,11 @@ class LocalCluster:
     @property
     def bootstrap(self) -> str:
         return self.layout.bootstrap
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """Bootstrap servers for Kafka clients (each broker's KAFKA listener)."""
+        return self.layout.kafka_bootstrap
 
     @property
     def broker_ids(self) -> list[int]:
@@ -312,7 +364,8 @@ class LocalCluster:
         deadline = time.monotonic() + timeout_s
         pending = set(ids)
         last: dict[int, str] = {}
-        async with Admin(self.bootstrap, {"request.timeout.ms": "2000", "reconnect.backoff.max.ms": "200"}) as admin:
+        async with Admin(self.bootstrap, {"request.timeout.ms": "2000", "reconnect.backoff.max.ms": "200",
+                                          **self.client_properties}) as admin:
             while pending:
                 for b in sorted(pending):
                     self._check_started(b)
@@ -331,7 +384,10 @@ class LocalCluster:
     def broker_state_sync(self, broker: int, timeout_s: float = 2.0) -> str:
         """ApiVersions over a plain blocking socket (usable where no event loop may run)."""
         spec = self.layout.broker(broker)
-        with socket.create_connection((spec.host, spec.port), timeout=timeout_s) as s:
+        with socket.create_connection((spec.host, spec.port), timeout=timeout_s) as plain:
+            s = plain
+            if self.layout.tls:
+                s = ssl.create_default_context(cafile=self.layout.ca_file).wrap_socket(plain, server_hostname=spec.host)
             s.sendall(encode_frame({"api": int(ApiKey.API_VERSIONS), "v": 0, "id": 1, "client": "cluster"}))
             dec = FrameDecoder()
             while True:
@@ -586,16 +642,21 @@ class LocalCluster:
     def controller_address(self) -> str:
         return f"{self.layout.controller[0]}:{self.layout.controller[1]}"
 
+    @property
+    def client_properties(self) -> dict[str, str]:
+        """What a client needs besides the bootstrap servers (TLS settings for a --tls cluster)."""
+        return self.layout.client_properties()
+
     def admin(self, **config: Any) -> Admin:
-        return Admin(self.bootstrap, config)
+        return Admin(self.bootstrap, {**self.client_properties, **config})
 
     def producer(self, config: Mapping[str, Any] | None = None, **kw: Any) -> Any:
         from minibroker.client.producer import Producer
-        return Producer(self.bootstrap, config, **kw)
+        return Producer(self.bootstrap, {**self.client_properties, **(config or {})}, **kw)
 
     def consumer(self, config: Mapping[str, Any] | None = None, **kw: Any) -> Any:
         from minibroker.client.consumer import Consumer
-        return Consumer(self.bootstrap, config, **kw)
+        return Consumer(self.bootstrap, {**self.client_properties, **(config or {})}, **kw)
 
     async def __aenter__(self) -> LocalCluster:
         try:

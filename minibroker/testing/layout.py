@@ -19,6 +19,10 @@ still reachable by clients, as a broker cut off from its cluster is in a
 real network partition (the interesting case: an isolated leader that
 still takes writes). With `proxied=False` brokers share one INTERNAL
 listener and dial each other and the controller directly.
+
+Secrets: the configs name the cluster secret's file (`secret_file`, 0600,
+written by LocalCluster), never the secret itself. With `tls`, every
+listener speaks TLS with the certificates under `tls_dir` (local_ca.py).
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 CONTROLLER_ID = 0
+KAFKA_PORT = 9094           # each broker's Kafka-protocol listener, on its own 127.0.0.N
 RACKS = ("zone-a", "zone-b", "zone-c", "zone-d", "zone-e", "zone-f")
 Addr = tuple[str, int]
 
@@ -48,6 +53,8 @@ class BrokerSpec:
     port: int                                   # EXTERNAL (clients)
     rack: str
     internal: dict[str, Addr] = field(default_factory=dict)    # listener name -> bind address
+    kafka_port: int | None = None               # KAFKA listener (Kafka's wire protocol, clients)
+    metrics: Addr | None = None                 # metrics.listener (GET /metrics)
 
     @property
     def name(self) -> str:
@@ -57,6 +64,10 @@ class BrokerSpec:
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
+    @property
+    def kafka_address(self) -> str | None:
+        return f"{self.host}:{self.kafka_port}" if self.kafka_port else None
+
 
 @dataclass(frozen=True)
 class ClusterLayout:
@@ -65,9 +76,45 @@ class ClusterLayout:
     brokers: tuple[BrokerSpec, ...]
     routes: tuple[Route, ...]
     proxy_control: Addr | None
-    secret: str
+    secret_file: str
     broker_overrides: dict[str, str] = field(default_factory=dict)
     controller_overrides: dict[str, str] = field(default_factory=dict)
+    controller_metrics: Addr | None = None
+    tls: bool = False
+
+    @property
+    def tls_dir(self) -> str:
+        return f"{self.data_dir}/tls"
+
+    @property
+    def ca_file(self) -> str:
+        return f"{self.tls_dir}/ca.pem"
+
+    @property
+    def client_properties_file(self) -> str:
+        """Kafka-style client settings for this cluster (--command-config), written with the certificates."""
+        return f"{self.tls_dir}/client.properties"
+
+    def hosts(self) -> list[str]:
+        """Every address a process of this cluster is dialled at (the server certificate's names)."""
+        out = {self.controller[0]} | {b.host for b in self.brokers} | {r.listen[0] for r in self.routes}
+        out |= {h for b in self.brokers for h, _ in b.internal.values()}
+        return sorted(out)
+
+    def client_properties(self) -> dict[str, str]:
+        if not self.tls:
+            return {}
+        return {"security.protocol": "SSL", "ssl.truststore.location": self.ca_file}
+
+    def _tls_props(self, listeners: list[str]) -> dict[str, str]:
+        if not self.tls:
+            return {}
+        return {
+            "listener.security.protocol.map": ",".join(f"{n}:SSL" for n in listeners),
+            "ssl.certificate.location": f"{self.tls_dir}/server.pem",
+            "ssl.key.location": f"{self.tls_dir}/server.key",
+            "ssl.truststore.location": self.ca_file,
+        }
 
     @property
     def proxied(self) -> bool:
@@ -76,6 +123,11 @@ class ClusterLayout:
     @property
     def bootstrap(self) -> str:
         return ",".join(b.address for b in self.brokers)
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """The brokers' Kafka-protocol listeners, for Kafka clients ("" for a layout without them)."""
+        return ",".join(a for a in (b.kafka_address for b in self.brokers) if a)
 
     def broker(self, node_id: int) -> BrokerSpec:
         for b in self.brokers:
@@ -90,6 +142,11 @@ class ClusterLayout:
                 return r
         raise KeyError(f"no route {src}->{dst}")
 
+    def metrics_urls(self) -> list[tuple[str, str]]:
+        """(process name, http://HOST:PORT/metrics) of every process that serves metrics."""
+        out = [("controller", self.controller_metrics)] + [(b.name, b.metrics) for b in self.brokers]
+        return [(n, f"http://{a[0]}:{a[1]}/metrics") for n, a in out if a is not None]
+
     def node_dir(self, name: str) -> str:
         return f"{self.data_dir}/{name}"
 
@@ -100,8 +157,11 @@ class ClusterLayout:
             "node.id": str(CONTROLLER_ID),
             "listeners": f"CONTROLLER://{self.controller[0]}:{self.controller[1]}",
             "metadata.log.dir": f"{self.node_dir('controller')}/metadata",
-            "minibroker.cluster.secret": self.secret,
+            "minibroker.cluster.secret.file": self.secret_file,
+            **self._tls_props(["CONTROLLER"]),
         }
+        if self.controller_metrics is not None:
+            props["metrics.listener"] = f"{self.controller_metrics[0]}:{self.controller_metrics[1]}"
         props.update(self.broker_overrides)       # cluster-wide settings (min ISR, timeouts) matter to both
         props.update(self.controller_overrides)
         return props
@@ -110,6 +170,9 @@ class ClusterLayout:
         b = self.broker(node_id)
         listeners = [f"EXTERNAL://{b.host}:{b.port}"]
         advertised = [f"EXTERNAL://{b.host}:{b.port}"]
+        if b.kafka_port:
+            listeners.append(f"KAFKA://{b.host}:{b.kafka_port}")
+            advertised.append(f"KAFKA://{b.host}:{b.kafka_port}")
         for name, (h, p) in b.internal.items():
             listeners.append(f"{name}://{h}:{p}")
             if self.proxied:
@@ -135,8 +198,13 @@ class ClusterLayout:
             "inter.broker.listener.name": inter,
             "controller.quorum.bootstrap.servers": f"{ch}:{cp}",
             "log.dirs": f"{self.node_dir(b.name)}/data",
-            "minibroker.cluster.secret": self.secret,
+            "minibroker.cluster.secret.file": self.secret_file,
         }
+        if b.metrics is not None:
+            props["metrics.listener"] = f"{b.metrics[0]}:{b.metrics[1]}"
+        if self.tls:
+            props.update(self._tls_props(["EXTERNAL", *b.internal, "CONTROLLER"]))
+            props["controller.listener.names"] = "CONTROLLER"
         props.update(self.broker_overrides)
         return props
 
@@ -150,13 +218,18 @@ class ClusterLayout:
         return cls(
             data_dir=d["data_dir"], controller=tuple(d["controller"]),  # type: ignore[arg-type]
             brokers=tuple(BrokerSpec(b["node_id"], b["host"], b["port"], b["rack"],
-                                     {k: tuple(v) for k, v in b["internal"].items()})  # type: ignore[misc]
+                                     {k: tuple(v) for k, v in b["internal"].items()},  # type: ignore[misc]
+                                     b.get("kafka_port"),
+                                     tuple(b["metrics"]) if b.get("metrics") else None)  # type: ignore[arg-type]
                           for b in d["brokers"]),
             routes=tuple(Route(r["name"], r["src"], r["dst"], tuple(r["listen"]), tuple(r["target"]))  # type: ignore[arg-type]
                          for r in d["routes"]),
             proxy_control=tuple(d["proxy_control"]) if d.get("proxy_control") else None,  # type: ignore[arg-type]
-            secret=d["secret"], broker_overrides=dict(d.get("broker_overrides") or {}),
-            controller_overrides=dict(d.get("controller_overrides") or {}))
+            secret_file=d.get("secret_file") or f"{d['data_dir']}/cluster.secret",
+            broker_overrides=dict(d.get("broker_overrides") or {}),
+            controller_overrides=dict(d.get("controller_overrides") or {}),
+            controller_metrics=tuple(d["controller_metrics"]) if d.get("controller_metrics") else None,  # type: ignore[arg-type]
+            tls=bool(d.get("tls", False)))
 
 
 def properties_text(props: dict[str, str], header: str) -> str:
@@ -168,14 +241,22 @@ PortFor = Any   # Callable[[str, int], int]: (host, default port) -> port to use
 
 
 def plan(data_dir: str, *, brokers: int = 3, hosts: list[str], controller_host: str,
-         port_for: PortFor, proxied: bool = True, secret: str,
+         port_for: PortFor, proxied: bool = True, secret_file: str | None = None, tls: bool = False,
+         racks: tuple[str, ...] | None = None,
          broker_overrides: dict[str, str] | None = None,
          controller_overrides: dict[str, str] | None = None) -> ClusterLayout:
-    """Lay out a cluster: broker i on hosts[i-1] (EXTERNAL default port 9092),
-    controller on controller_host:9093; `port_for(host, default)` picks each port
-    (the default itself for the well-known layout, a free one for tests)."""
+    """Lay out a cluster: broker i on hosts[i-1] (EXTERNAL default port 9092, KAFKA 9094),
+    controller on controller_host:9093, metrics on each broker's host:9404 and
+    the controller's host:9400; `port_for(host, default)` picks each port
+    (the default itself for the well-known layout, a free one for tests). `racks` are
+    cycled over the brokers in id order (`--racks a,b,c` with 6 brokers: 2 per rack);
+    by default each broker has its own zone. Raises ValueError if two listeners or
+    routes would share an address."""
     if brokers < 1 or brokers > len(hosts):
         raise ValueError(f"brokers: expected 1..{len(hosts)}, got {brokers}")
+    rack_names = tuple(racks) if racks else RACKS
+    if any(not r.strip() for r in rack_names):
+        raise ValueError(f"racks: expected non-empty names, got {','.join(rack_names)!r}")
     ids = list(range(1, brokers + 1))
     controller = (controller_host, port_for(controller_host, 9093))
     specs: list[BrokerSpec] = []
@@ -186,7 +267,8 @@ def plan(data_dir: str, *, brokers: int = 3, hosts: list[str], controller_host: 
             internal = {f"INTERNAL_B{k}": (host, port_for(host, 9100 + k)) for k in ids}
         else:
             internal = {"INTERNAL": (host, port_for(host, 9101))}
-        specs.append(BrokerSpec(i, host, port_for(host, 9092), RACKS[(i - 1) % len(RACKS)], internal))
+        specs.append(BrokerSpec(i, host, port_for(host, 9092), rack_names[(i - 1) % len(rack_names)], internal,
+                                port_for(host, KAFKA_PORT), (host, port_for(host, 9404))))
     proxy_control: Addr | None = None
     if proxied:
         for b in specs:
@@ -197,5 +279,27 @@ def plan(data_dir: str, *, brokers: int = 3, hosts: list[str], controller_host: 
                     routes.append(Route(f"b{k}->b{b.node_id}", k, b.node_id,
                                         (b.host, port_for(b.host, 9200 + k)), b.internal[f"INTERNAL_B{k}"]))
         proxy_control = (controller_host, port_for(controller_host, 9199))
-    return ClusterLayout(data_dir, controller, tuple(specs), tuple(routes), proxy_control, secret,
-                         dict(broker_overrides or {}), dict(controller_overrides or {}))
+    controller_metrics = (controller_host, port_for(controller_host, 9400))
+    _check_distinct(controller, specs, routes, proxy_control, controller_metrics)
+    return ClusterLayout(data_dir, controller, tuple(specs), tuple(routes), proxy_control,
+                         secret_file or f"{data_dir}/cluster.secret",
+                         dict(broker_overrides or {}), dict(controller_overrides or {}),
+                         controller_metrics=controller_metrics, tls=tls)
+
+
+def _check_distinct(controller: Addr, specs: list[BrokerSpec], routes: list[Route], proxy_control: Addr | None,
+                    controller_metrics: Addr | None) -> None:
+    named: list[tuple[str, Addr | None]] = [("controller", controller), ("controller metrics", controller_metrics),
+                                            ("proxy control", proxy_control)]
+    for b in specs:
+        named += [(b.name, (b.host, b.port)), (f"{b.name} KAFKA", (b.host, b.kafka_port) if b.kafka_port else None),
+                  (f"{b.name} metrics", b.metrics)]
+        named += [(f"{b.name} {n}", a) for n, a in b.internal.items()]
+    named += [(f"route {r.name}", r.listen) for r in routes]
+    seen: dict[Addr, str] = {}
+    for what, addr in named:
+        if addr is None:
+            continue
+        if addr in seen:
+            raise ValueError(f"{what} and {seen[addr]} would both listen on {addr[0]}:{addr[1]}")
+        seen[addr] = what

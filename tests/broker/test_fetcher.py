@@ -245,3 +245,20 @@ async def test_a_partition_left_out_of_the_answer_backs_off_instead_of_spinning(
     await asyncio.sleep(0.02)                    # absence check: backoff holds, no second fetch
     assert len(conn.fetches()) == 1
     await fm.shutdown()
+
+
+async def test_a_divergence_that_truncates_nothing_backs_off_and_reports_the_stuck_follower(tmp_path, events):
+    """No loop without progress: the leader keeps answering a divergence our log already
+    satisfies (epoch 3 ends at our LEO 2, nothing to drop). One fetch, one empty truncation,
+    then replica.fetch.backoff.ms (60 s here, a manual clock) instead of ~5,000 fetches/s."""
+    part = follower(tmp_path, [(3, 2)])
+    conn = ScriptedLeader(lambda api, body: answer_partition(diverging_epoch={"epoch": 3, "end_offset": 2}))
+    fm = manager(conn, Hooks(), events)
+    st = fm.add(part, 1, 5)
+    await until(lambda: any(e.kind == "follower_stuck" for e in events))
+    await asyncio.sleep(0.05)                    # absence check: the back-off holds, no second fetch
+    assert len(conn.fetches()) == 1 and st.backoff_until_ms == 60_000
+    stuck = [e for e in events if e.kind == "follower_stuck"]
+    assert len(stuck) == 1 and "truncation changed nothing" in stuck[0].after
+    assert st.core.status(0)["stuck_reason"] == stuck[0].after and st.core.status(0)["phase"] == "delayed"
+    await fm.shutdown()

@@ -162,3 +162,17 @@ def test_broker_changes_are_reported_once_with_the_latest_state():
     img.apply_wire(wire(broker(1)), None, 1)
     d = img.apply_wire(wire(broker(1, fenced=True), broker(1, fenced=True, epoch=11), start=1), None, 3)
     assert [(b.broker_id, b.broker_epoch, b.fenced) for b in d.brokers] == [(1, 11, True)]
+
+
+def test_dynamic_broker_configs_override_properties_own_broker_over_cluster_default():
+    from minibroker.metadata import CLUSTER_DEFAULT, BrokerConfigRecord
+    img = MetadataImage(Config({**DEFAULTS, "node.id": "2", "min.insync.replicas": "1"}))
+    img.apply_wire(wire(topic(), topic("own", tid="id-own", configs={"min.insync.replicas": "1"})), None, 2)
+    d = img.apply_wire(wire(BrokerConfigRecord(CLUSTER_DEFAULT, {"min.insync.replicas": "2"}), start=2), None, 3)
+    assert d.broker_configs == [CLUSTER_DEFAULT] and img.topic_config("t", "min.insync.replicas") == "2"
+    img.apply_wire(wire(BrokerConfigRecord(2, {"min.insync.replicas": "3"}),
+                        BrokerConfigRecord(1, {"min.insync.replicas": "9"}), start=3), None, 5)
+    assert img.topic_config("t", "min.insync.replicas") == "3"
+    assert img.topic_config("own", "min.insync.replicas") == "1"
+    d = img.apply_wire(wire(BrokerConfigRecord(2, {}), start=5), None, 6)
+    assert d.broker_configs == [2] and img.topic_config("t", "min.insync.replicas") == "2"

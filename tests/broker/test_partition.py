@@ -8,12 +8,14 @@ import os
 
 import pytest
 
+from minibroker.broker.fetcher import log_view
 from minibroker.broker.partition import ByteTracker, Partition
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.events import Event
 from minibroker.metadata import PartitionRecord
 from minibroker.records import build_batch, iter_records
 from minibroker.replication import KAFKA, LESSON
+from minibroker.replication.follower_core import FetchAnswer, PartitionFollower, Truncate
 from minibroker.storage import LogConfig, PartitionLog
 
 NOW = 1_000_000
@@ -47,22 +49,29 @@ def vals(p: Partition) -> list[bytes]:
 
 
 def replicate(leader: Partition, follower: Partition, replica_id: int, rounds: int = 10) -> list[tuple[int, int]]:
-    """Play follower fetches against the leader until nothing changes; returns
-    the (before, after) LEOs of each truncation."""
+    """Play follower fetches against the leader until nothing changes, the follower's
+    decisions made by its PartitionFollower core as the fetcher does; returns the
+    (before, after) LEOs of each truncation."""
     truncations = []
+    core = PartitionFollower(follower.name, leader.node_id, leader.leader_epoch, 1000)
     for _ in range(rounds):
-        offset, last_epoch = follower.fetch_position()
-        err, div = leader.divergence(offset, last_epoch)
+        pos = core.next_position(log_view(follower))
+        err, div = leader.divergence(pos.fetch_offset, pos.last_fetched_epoch)
         assert err == ErrorCode.NONE
         if div is not None:
             before = follower.leo
-            after, _ = follower.truncate_on_divergence(div[0], div[1], NOW)
-            truncations.append((before, after))
+            (action,) = core.on_fetch_answer(FetchAnswer(diverging_epoch=div), log_view(follower), NOW)
+            assert isinstance(action, Truncate)
+            view = log_view(follower)
+            follower.truncate_to(action.offset, NOW, action.reason)
+            core.on_truncated(view, log_view(follower), NOW)
+            assert core.stuck is None
+            truncations.append((before, follower.leo))
             continue
         hw_before = leader.hw
-        d = leader.core.on_follower_fetch(replica_id, offset, NOW)
+        d = leader.core.on_follower_fetch(replica_id, pos.fetch_offset, NOW)
         assert d.error == ErrorCode.NONE
-        data = leader.read(offset, 1 << 20, leader.leo, True)
+        data = leader.read(pos.fetch_offset, 1 << 20, leader.leo, True)
         follower.append_as_follower(data, NOW)
         follower.update_follower_hw(hw_before, leader.log_start_offset, NOW)
         if not data:
@@ -158,6 +167,24 @@ def test_x8_follower_drops_an_epoch_the_leader_never_saw(tmp_path):
     assert replicate(c, b, 2) == [(6, 5)]
     assert vals(b) == vals(c)
     assert b.log.epoch_cache.entries == [(1, 0), (3, 5)]
+
+
+def test_a_demoted_leader_that_wrote_nothing_drops_its_epoch_and_stops_diverging(tmp_path):
+    """Issue 9: 3 led epoch 1 and wrote nothing ([0 0, 1 5]); 1 leads epoch 2 ([0 0, 2 5]).
+    One truncation round at the LEO drops (1, 5); the next fetch no longer diverges."""
+    events: list[Event] = []
+    one = make_partition(tmp_path, "one", 1, batches=[(0, 5, "a")])
+    three = make_partition(tmp_path, "three", 3, events, batches=[(0, 5, "a")])
+    lead(three, rec(3, 1, isr=(3, 2)))
+    lead(one, rec(1, 2, isr=(1, 2, 3)))
+    three.make_follower(rec(1, 2, isr=(1, 2, 3)), NOW)
+    assert three.log.epoch_cache.entries == [(0, 0), (1, 5)]
+    assert one.divergence(5, 1) == (ErrorCode.NONE, (0, 5))
+    assert replicate(one, three, 3) == [(5, 5)]
+    assert three.log.epoch_cache.entries == [(0, 0)]
+    assert one.divergence(5, 0) == (ErrorCode.NONE, None)
+    trunc = [e for e in events if e.kind == "truncation"]
+    assert len(trunc) == 1 and trunc[0].extra["epoch_entries_removed"] == [[1, 5]]
 
 
 def test_truncation_takes_several_rounds_when_the_follower_lacks_the_leaders_epoch(tmp_path):

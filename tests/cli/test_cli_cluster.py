@@ -127,11 +127,13 @@ def test_consume_with_client_rack_reads_from_a_follower(env):
 def test_consume_follow_prints_new_records_until_ctrl_c(env):
     import select
     import signal
-    end = int(ok(run(env, "offsets", "--topic", "lines")).split(":")[2])
-    p = subprocess.Popen([sys.executable, "-m", "minibroker.cli", "consume", "--topic", "lines", "--partition", "0",
+    ok(run(env, "topics", "create", "--topic", "followed", "--partitions", "1", "--replication-factor", "3"))
+    ok(run(env, "produce", "--topic", "followed", input=b"old\n"))
+    end = int(ok(run(env, "offsets", "--topic", "followed")).split(":")[2])
+    p = subprocess.Popen([sys.executable, "-m", "minibroker.cli", "consume", "--topic", "followed", "--partition", "0",
                           "--offset", str(end), "--follow"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
-        ok(run(env, "produce", "--topic", "lines", input=b"live\n"))
+        ok(run(env, "produce", "--topic", "followed", input=b"live\n"))
         assert select.select([p.stdout], [], [], 30)[0], "no record printed"
         assert p.stdout.readline() == b"live\n"
         p.send_signal(signal.SIGINT)
@@ -143,11 +145,13 @@ def test_consume_follow_prints_new_records_until_ctrl_c(env):
 
 
 def test_watch_once_prints_partitions_and_events(env):
+    ok(run(env, "topics", "create", "--topic", "watched", "--partitions", "1", "--replication-factor", "3"))
+    ok(run(env, "produce", "--topic", "watched", input=b"w1\nw2\n"))
     out = ok(run(env, "watch", "--once"))
     lines = out.splitlines()
     assert lines[0].split()[:6] == ["PARTITION", "LEADER", "EPOCH", "ISR", "ELR", "HW"]
-    row = next(l for l in lines if l.startswith("lines-0 "))
-    assert row.split()[5] == "5"                                     # HW (4 lines + 1 live record)
+    row = next(l for l in lines if l.startswith("watched-0 "))
+    assert row.split()[5] == "2"                                     # HW: both acks=all records
     assert "EVENTS" in lines
     assert re.search(r"\[controller\] .*(created|election|registered)", out) or "[broker" in out
 

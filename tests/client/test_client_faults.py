@@ -70,6 +70,11 @@ async def _isr_is(cluster, isr):
     return (await describe(cluster)).isr == isr
 
 
+async def _isr_set_is(cluster, isr):
+    """Every broker's metadata shows this ISR (in any order)."""
+    return all(set((await describe(cluster, via=b)).isr) == isr for b in cluster.broker_ids)
+
+
 async def test_isolated_follower_leaves_the_isr_and_rejoins_after_heal(cluster):
     await create(cluster)
     cluster.isolate(3)
@@ -162,7 +167,8 @@ async def test_offset_beyond_the_follower_sends_the_consumer_back_to_the_leader_
             for i in range(10, 20):                     # acked once the leader drops 2 from the ISR
                 await p.send("orders", b"%d" % i)       # (an idle partition never shrinks: LEOs equal)
             await p.flush()
-        assert set((await describe(cluster)).isr) == {1, 3}
+        # The leader committed the shrink; other brokers learn it from the metadata log a moment later.
+        await wait_for(lambda: _isr_set_is(cluster, {1, 3}), timeout_s=20, what="every broker's ISR {1, 3}")
         c.seek(TP, 15)                                  # above broker 2's log end (10), below the leader's HW (20)
         got.clear()
         await wait_for(lambda: until(5), timeout_s=20, interval_s=0)

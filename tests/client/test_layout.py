@@ -7,7 +7,7 @@ HOSTS = [f"127.0.0.{i}" for i in range(1, 10)]
 
 def well_known(proxied=True, **kw):
     return plan("/d", brokers=3, hosts=HOSTS, controller_host="127.0.0.1", port_for=lambda h, d: d,
-                proxied=proxied, secret="s", **kw)
+                proxied=proxied, **kw)
 
 
 def test_well_known_layout_puts_brokers_on_loopback_aliases_port_9092():
@@ -65,3 +65,36 @@ def test_overrides_reach_brokers_and_controller():
 def test_layout_round_trips_through_the_state_file_form():
     lay = well_known(broker_overrides={"a": "b"})
     assert ClusterLayout.from_dict(lay.to_dict()) == lay
+
+
+def test_racks_are_cycled_over_the_brokers_in_id_order():
+    lay = plan("/d", brokers=6, hosts=HOSTS, controller_host="127.0.0.1", port_for=lambda h, d: d,
+               secret="s", racks=("a", "b", "c"))
+    assert [b.rack for b in lay.brokers] == ["a", "b", "c", "a", "b", "c"]
+    assert [lay.broker_config(b.node_id)["broker.rack"] for b in lay.brokers] == ["a", "b", "c", "a", "b", "c"]
+
+
+def test_a_layout_where_two_listeners_share_an_address_is_refused():
+    import pytest
+    with pytest.raises(ValueError, match="would both listen on 127.0.0.1:5000"):
+        plan("/d", brokers=3, hosts=HOSTS, controller_host="127.0.0.1", port_for=lambda h, d: 5000, secret="s")
+
+
+def test_free_ports_never_hands_out_the_same_port_twice_on_one_host():
+    from minibroker.testing.cluster import FreePorts
+    free = FreePorts()
+    try:
+        ports = [free("127.0.0.1") for _ in range(200)]
+    finally:
+        free.close()
+    assert len(set(ports)) == len(ports)
+
+
+def test_random_port_layouts_are_always_valid():
+    from minibroker.testing.cluster import FreePorts
+    for _ in range(20):
+        free = FreePorts()
+        try:
+            plan("/d", brokers=3, hosts=HOSTS, controller_host="127.0.0.1", port_for=free, secret="s")
+        finally:
+            free.close()

@@ -34,3 +34,17 @@ def test_a_broker_that_no_longer_leads_is_noted():
     statuses = {1: status(1, [{"topic": "orders", "partition": 0, "role": "follower", "leo": 5, "hw": 5}])}
     (v0, _) = join(describe_from_metadata(META), statuses)
     assert "role follower" in v0.note
+
+
+def test_a_stuck_follower_is_shown_with_its_reason():
+    statuses = {1: status(1, [{"topic": "orders", "partition": 0, "role": "leader", "leader_epoch": 3, "leo": 120,
+                               "hw": 110, "log_start_offset": 0, "isr": [1, 2],
+                               "replicas": [{"broker_id": 2, "leo": 110, "in_isr": True, "caught_up": True},
+                                            {"broker_id": 3, "leo": 40, "in_isr": False, "caught_up": False}]}]),
+                3: status(3, [{"topic": "orders", "partition": 0, "role": "follower", "leo": 40, "hw": 40,
+                               "fetch_state": {"stuck": True, "stuck_reason": "truncation changed nothing"}}])}
+    v0, _ = join(describe_from_metadata(META), statuses)
+    assert [r.stuck for r in v0.replicas] == [None, None, "truncation changed nothing"]
+    assert v0.note == "3 stuck: truncation changed nothing"
+    from minibroker.cli.watch import row
+    assert row(v0)[-1].startswith("1:120/0  2:110/10  3:40/80*!  (3 stuck")

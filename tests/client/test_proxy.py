@@ -7,7 +7,7 @@ from minibroker.testing.echo import echo_server
 
 from minibroker.testing.layout import Route
 from minibroker.testing.proxy import FaultProxy, control
-from minibroker.testing.cluster import _free_port
+from minibroker.testing.cluster import FreePorts
 
 HOST = "127.0.0.1"
 
@@ -15,12 +15,14 @@ HOST = "127.0.0.1"
 @pytest.fixture
 async def setup():
     srv, port = await echo_server()
-    routes = [Route("b1->b2", 1, 2, (HOST, _free_port(HOST)), (HOST, port)),
-              Route("b2->b1", 2, 1, (HOST, _free_port(HOST)), (HOST, port)),
-              Route("b1->ctl", 1, 0, (HOST, _free_port(HOST)), (HOST, port))]
+    free = FreePorts()
+    routes = [Route("b1->b2", 1, 2, (HOST, free(HOST)), (HOST, port)),
+              Route("b2->b1", 2, 1, (HOST, free(HOST)), (HOST, port)),
+              Route("b1->ctl", 1, 0, (HOST, free(HOST)), (HOST, port))]
     proxy = FaultProxy(routes)
+    ctl = (HOST, free(HOST))
+    free.close()                    # the proxy binds them next
     await proxy.start()
-    ctl = (HOST, _free_port(HOST))
     await proxy.serve_control(*ctl)
     yield proxy, {r.name: r for r in routes}, ctl
     await proxy.close()

@@ -13,7 +13,7 @@ import pytest
 
 from minibroker.testing.echo import echo_server
 
-from minibroker.testing.cluster import LocalCluster, _free_port, proc_state
+from minibroker.testing.cluster import FreePorts, LocalCluster, proc_state
 from minibroker.testing.layout import Route
 from minibroker.testing.proxy import FaultProxy, control
 
@@ -25,10 +25,12 @@ HOST = "127.0.0.1"
 @pytest.fixture
 async def echo_proxy():
     srv, port = await echo_server(HOST)
-    route = Route("b1->b2", 1, 2, (HOST, _free_port(HOST)), (HOST, port))
+    free = FreePorts()
+    route = Route("b1->b2", 1, 2, (HOST, free(HOST)), (HOST, port))
     proxy = FaultProxy([route])
+    ctl = (HOST, free(HOST))
+    free.close()                    # the proxy binds them next
     await proxy.start()
-    ctl = (HOST, _free_port(HOST))
     await proxy.serve_control(*ctl)
     yield proxy, route, ctl
     await proxy.close()

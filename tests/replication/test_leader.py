@@ -658,7 +658,7 @@ def test_kafka_adopts_the_controllers_isr_even_if_it_differs() -> None:
     d = lead.on_follower_fetch(3, 0, 1)
     assert d.isr_proposal == [1, 2, 3]
     lead.apply_committed_isr([3, 1], 4, 2)
-    assert lead.isr == (1, 3) and lead.partition_epoch == 4
+    assert lead.isr == (3, 1) and lead.partition_epoch == 4
 
 
 @pytest.mark.parametrize("answer", [
@@ -897,3 +897,23 @@ def test_timed_out_waiters_do_not_pile_up_while_the_hw_is_stuck(profile: Profile
     assert lead.waiting == 1 and len(lead._waiters) <= 2 + 64 + 1
     fetch(lead, 2, 1, 1)
     assert fetch(lead, 3, 1, 2).completed == [(tokens[-1], ErrorCode.NONE)]
+
+
+def test_a_rejoining_replica_is_appended_to_the_isr_as_kafka_keeps_it() -> None:
+    lead = make(KAFKA, [2, 0, 1], isr=[2, 1])
+    d = lead.on_follower_fetch(0, 0, 1)
+    assert d.isr_proposal == [2, 1, 0]
+    lead.apply_committed_isr([2, 1, 0], 1, 2)
+    assert lead.isr == (2, 1, 0)
+
+
+def test_a_min_isr_config_change_applies_to_the_next_check_at_once() -> None:
+    events: list[Event] = []
+    lead = make(KAFKA, isr=[1, 2], min_isr=2, events=events)
+    assert not lead.under_min_isr
+    d = lead.on_min_isr_changed(3, 5)
+    assert lead.min_isr == 3 and lead.under_min_isr
+    assert [(e.kind, e.before, e.after) for e in d.events] == [("min_isr_changed", 2, 3)]
+    assert lead.on_min_isr_changed(3, 6).events == []
+    with pytest.raises(ValueError):
+        lead.on_min_isr_changed(0, 7)

@@ -295,6 +295,23 @@ def test_truncate_at_or_above_log_end_is_a_no_op(tmp_path, events):
     assert not [e for e in events if e.kind == "truncation"]
 
 
+def test_truncate_at_the_log_end_still_drops_an_epoch_led_without_appends(tmp_path, events):
+    """E4 / Kafka's UnifiedLog.truncateTo: a broker that led epoch 1 and appended nothing
+    keeps (1, LEO); truncating at (or above) the LEO removes it, the data stays."""
+    log = open_log(tmp_path, events=events)
+    write_batches(log, [(5, 0)])
+    log.assign_leader_epoch(1)
+    assert log.epoch_cache.entries == [(0, 0), (1, 5)]
+    version = log.epoch_cache.version
+    assert log.truncate_to(5, reason="diverging epoch 0 ending at 5") == 5
+    assert log.log_end_offset == 5 and log.epoch_cache.entries == [(0, 0)]
+    assert log.epoch_cache_dirty and log.epoch_cache.version > version
+    ev = [e for e in events if e.kind == "truncation"][-1]
+    assert (ev.before, ev.after, ev.extra["side"], ev.extra["epoch_entries_removed"]) == (5, 5, "epochs", [[1, 5]])
+    assert log.truncate_to(9) == 5
+    assert len([e for e in events if e.kind == "truncation"]) == 1
+
+
 def test_truncate_fully_and_start_at(tmp_path):
     log = open_log(tmp_path, segment_bytes=400)
     write_batches(log, [(3, 2)] * 12)

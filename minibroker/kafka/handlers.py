@@ -1,0 +1,544 @@
+"""The Kafka listener's APIs: each Kafka request answered by the broker's own paths.
+
+Owns: translating each served Kafka request (decoded by minibroker.kafka.codec)
+into the body the broker's msgpack handlers take, calling those same
+handlers (so Produce, Fetch and ListOffsets go through the one replica
+manager, purgatory and leader core; CreateTopics and ElectLeaders through
+the one controller forward), and translating their answers back into
+Kafka's response fields; whole-request failures turned into Kafka's
+per-partition error responses; the APIs the msgpack path has no twin for
+(OffsetForLeaderEpoch, DescribeConfigs, InitProducerId, FindCoordinator),
+answered from the metadata image and the partition's epoch cache.
+
+Must not know: sockets or framing (minibroker.kafka.server), any
+replication rule (the replica manager and leader cores decide).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from minibroker.broker.partition import NONE
+from minibroker.config import DEFAULTS, TOPIC_CONFIGS, Config
+from minibroker.errors import ErrorCode, KafkaError
+from minibroker.kafka import codec
+from minibroker.kafka.codec import Api, CodecError
+from minibroker.kafka.server import ConnectionAbort, KafkaConnection
+from minibroker.net.server import RequestContext
+from minibroker.protocol.api import ApiKey
+
+log = logging.getLogger("minibroker.kafka")
+
+MsgpackHandler = Callable[[RequestContext, dict], Awaitable[dict | None]]
+
+# Frames above this size are decoded on a worker thread, so one large
+# request never holds the event loop (the interpreter switches threads
+# every few milliseconds while kafka-python's decoder runs).
+DECODE_OFF_LOOP_BYTES = 64 * 1024
+# Responses carrying more record bytes than this are encoded off the loop.
+ENCODE_OFF_LOOP_BYTES = 1024 * 1024
+# A bound on the topic-partitions one request may name (Kafka has none; this
+# keeps the per-request Python work of any single request bounded).
+MAX_PARTITIONS_PER_REQUEST = 20_000
+
+# DescribeConfigs config sources (Kafka's ConfigSource ids).
+_SOURCE_DYNAMIC_TOPIC = 1
+_SOURCE_STATIC_BROKER = 4
+_SOURCE_DEFAULT = 5
+_RESOURCE_TOPIC = 2
+_RESOURCE_BROKER = 4
+_SENSITIVE = frozenset({"minibroker.cluster.secret"})
+_NO_AUTHORIZED_OPERATIONS = None      # encodes as INT32_MIN: "not requested / not provided"
+
+
+class Broker(Protocol):
+    """What the Kafka APIs need from the broker process (BrokerServer)."""
+    node_id: int
+    config: Config
+    image: Any
+    replica_manager: Any
+
+    def msgpack_handler(self, api: ApiKey) -> MsgpackHandler | None: ...
+    async def until_serving(self) -> None: ...
+    def broker_epoch(self) -> int: ...
+
+
+@dataclass
+class _Request:
+    api: Api
+    version: int
+    correlation_id: int
+    client_id: str
+    body: Any
+
+
+class KafkaApis:
+    """Invariant: every answer a client gets about partitions comes from the
+    same handler (and so the same replica manager state) the msgpack
+    listener would have used for the same question."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._next_producer_id = 0
+        self._routes: dict[Api, Callable[[KafkaConnection, _Request], Awaitable[dict | None]]] = {
+            Api.PRODUCE: self._produce,
+            Api.FETCH: self._fetch,
+            Api.LIST_OFFSETS: self._list_offsets,
+            Api.METADATA: self._metadata,
+            Api.FIND_COORDINATOR: self._find_coordinator,
+            Api.CREATE_TOPICS: self._create_topics,
+            Api.DELETE_TOPICS: self._delete_topics,
+            Api.INIT_PRODUCER_ID: self._init_producer_id,
+            Api.OFFSET_FOR_LEADER_EPOCH: self._offset_for_leader_epoch,
+            Api.DESCRIBE_CONFIGS: self._describe_configs,
+            Api.ELECT_LEADERS: self._elect_leaders,
+            Api.DESCRIBE_CLUSTER: self._describe_cluster,
+        }
+
+    # ------------------------------------------------------------------ entry
+
+    def advertised(self) -> list[dict[str, int]]:
+        """ApiVersions' keys: DeleteTopics only once the broker can forward it."""
+        keys = codec.api_versions_keys()
+        delete = getattr(ApiKey, "DELETE_TOPICS", None)
+        if delete is None or self.broker.msgpack_handler(delete) is None:
+            keys = [k for k in keys if k["api_key"] != Api.DELETE_TOPICS]
+        return keys
+
+    async def handle(self, conn: KafkaConnection, frame: bytes) -> bytes | None:
+        """One request frame in, the framed response (or None) out."""
+        try:
+            api_key, version, cid = codec.peek_header(frame)
+        except CodecError as exc:
+            raise ConnectionAbort(str(exc)) from None
+        if api_key == Api.API_VERSIONS:
+            return self._api_versions(frame, version, cid)
+        api = codec.served(api_key, version)
+        if api is None:
+            # Kafka closes the connection on an API or version it does not serve
+            # (clients only send what ApiVersions advertised).
+            raise ConnectionAbort(f"unsupported request: API key {api_key} version {version}")
+        try:
+            if len(frame) > DECODE_OFF_LOOP_BYTES:
+                header, body = await asyncio.to_thread(codec.decode_request, api, version, frame)
+            else:
+                header, body = codec.decode_request(api, version, frame)
+        except CodecError as exc:
+            raise ConnectionAbort(str(exc)) from None
+        req = _Request(api, version, cid, header.client_id or "", body)
+        await self.broker.until_serving()
+        out = await self._routes[api](conn, req)
+        if out is None:
+            return None
+        size = out.pop("_record_bytes", 0)
+        if size > ENCODE_OFF_LOOP_BYTES:
+            return await asyncio.to_thread(codec.encode_response, api, version, cid, out)
+        return codec.encode_response(api, version, cid, out)
+
+    def _api_versions(self, frame: bytes, version: int, cid: int) -> bytes:
+        lo, hi = codec.SERVED[Api.API_VERSIONS]
+        if not lo <= version <= hi:
+            return codec.encode_response(Api.API_VERSIONS, 0, cid, {
+                "error_code": int(ErrorCode.UNSUPPORTED_VERSION), "api_keys": self.advertised()})
+        try:
+            codec.decode_request(Api.API_VERSIONS, version, frame)
+        except CodecError:
+            return codec.encode_response(Api.API_VERSIONS, 0, cid, {
+                "error_code": int(ErrorCode.INVALID_REQUEST), "api_keys": self.advertised()})
+        return codec.encode_response(Api.API_VERSIONS, version, cid, {
+            "error_code": 0, "api_keys": self.advertised(), "throttle_time_ms": 0})
+
+    def _ctx(self, conn: KafkaConnection, req: _Request, api: ApiKey) -> RequestContext:
+        return RequestContext(conn, api, 0, req.correlation_id, req.client_id)  # type: ignore[arg-type]
+
+    async def _call(self, conn: KafkaConnection, req: _Request, api: ApiKey, body: dict) -> dict | None:
+        fn = self.broker.msgpack_handler(api)
+        if fn is None:
+            raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"{api.name} is not served by this broker")
+        resp = await fn(self._ctx(conn, req, api), body)
+        if resp is not None and resp.get("error", 0) and "topics" not in resp and "results" not in resp:
+            raise KafkaError(resp["error"], resp.get("message", ""))
+        return resp
+
+    @staticmethod
+    def _check_size(n: int) -> None:
+        if n > MAX_PARTITIONS_PER_REQUEST:
+            raise ConnectionAbort(f"request names {n} partitions, above the bound of {MAX_PARTITIONS_PER_REQUEST}")
+
+    # ------------------------------------------------------------------ Produce
+
+    async def _produce(self, conn: KafkaConnection, req: _Request) -> dict | None:
+        r = req.body
+        topics = [{"topic": t.name, "partitions": [{"partition": p.index, "records": p.records or b""}
+                                                    for p in t.partition_data]} for t in r.topic_data]
+        self._check_size(sum(len(t["partitions"]) for t in topics))
+        body = {"acks": r.acks, "timeout_ms": r.timeout_ms, "topics": topics}
+        try:
+            resp = await self._call(conn, req, ApiKey.PRODUCE, body)
+        except KafkaError as exc:
+            if r.acks == 0:
+                raise ConnectionAbort(f"acks=0 produce failed: {exc}") from None
+            resp = {"topics": [{"topic": t["topic"], "partitions": [
+                {"partition": p["partition"], "error": int(exc.code), "base_offset": -1, "log_start_offset": -1,
+                 "message": exc.message} for p in t["partitions"]]} for t in topics]}
+        if resp is None:
+            return None
+        return {"throttle_time_ms": 0, "responses": [
+            {"name": t["topic"], "partition_responses": [
+                {"index": p["partition"], "error_code": p["error"], "base_offset": p["base_offset"],
+                 "log_append_time_ms": -1, "log_start_offset": p["log_start_offset"], "record_errors": [],
+                 "error_message": p.get("message") or None}
+                for p in t["partitions"]]}
+            for t in resp["topics"]]}
+
+    # ------------------------------------------------------------------ Fetch
+
+    async def _fetch(self, conn: KafkaConnection, req: _Request) -> dict:
+        r = req.body
+        v = req.version
+        replica_id = r.replica_id if v <= 14 else -1
+        topics = [{"topic": t.topic, "partitions": [
+            {"partition": p.partition, "fetch_offset": p.fetch_offset,
+             "current_leader_epoch": p.current_leader_epoch if v >= 9 else -1,
+             "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": p.partition_max_bytes}
+            for p in t.partitions]} for t in r.topics]
+        self._check_size(sum(len(t["partitions"]) for t in topics))
+        top_error = 0
+        if replica_id >= 0:
+            # F: a Kafka listener is a client listener; replicas fetch over the
+            # authenticated inter-broker listener.
+            top_error = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        elif v >= 7 and r.session_id != 0:
+            top_error = int(ErrorCode.FETCH_SESSION_ID_NOT_FOUND)   # we never hand out fetch sessions
+        if top_error:
+            return {"throttle_time_ms": 0, "error_code": top_error, "session_id": 0, "responses": [
+                {"topic": t["topic"], "partitions": [self._fetch_partition_error(p["partition"], top_error)
+                                                     for p in t["partitions"]]} for t in topics]}
+        body = {"replica_id": -1, "broker_epoch": -1, "max_wait_ms": r.max_wait_ms, "min_bytes": r.min_bytes,
+                "max_bytes": r.max_bytes, "rack_id": (r.rack_id or "") if v >= 11 else "", "topics": topics}
+        try:
+            resp = await self._call(conn, req, ApiKey.FETCH, body)
+        except KafkaError as exc:
+            return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": [
+                {"topic": t["topic"], "partitions": [self._fetch_partition_error(p["partition"], int(exc.code))
+                                                     for p in t["partitions"]]} for t in topics]}
+        assert resp is not None
+        read_committed = r.isolation_level == 1
+        size = 0
+        out_topics = []
+        for t in resp["topics"]:
+            parts = []
+            for p in t["partitions"]:
+                records = p["records"] or b""
+                size += len(records)
+                entry: dict[str, Any] = {
+                    "partition_index": p["partition"], "error_code": p["error"],
+                    "high_watermark": p["high_watermark"], "last_stable_offset": p["last_stable_offset"],
+                    "log_start_offset": p["log_start_offset"],
+                    "aborted_transactions": [] if read_committed else None,
+                    "preferred_read_replica": p["preferred_read_replica"],
+                    # never null: librdkafka rejects a partition whose records are null
+                    "records": bytes(records) if not isinstance(records, bytes) else records,
+                }
+                if p.get("diverging_epoch") is not None:
+                    entry["diverging_epoch"] = p["diverging_epoch"]
+                if p.get("current_leader") is not None:
+                    entry["current_leader"] = p["current_leader"]
+                parts.append(entry)
+            out_topics.append({"topic": t["topic"], "partitions": parts})
+        return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": out_topics,
+                "_record_bytes": size}
+
+    @staticmethod
+    def _fetch_partition_error(partition: int, code: int) -> dict:
+        return {"partition_index": partition, "error_code": code, "high_watermark": -1,
+                "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
+                "preferred_read_replica": -1, "records": b""}
+
+    # ------------------------------------------------------------------ ListOffsets
+
+    async def _list_offsets(self, conn: KafkaConnection, req: _Request) -> dict:
+        r = req.body
+        v = req.version
+        topics = [{"topic": t.name, "partitions": [
+            {"partition": p.partition_index, "timestamp": p.timestamp,
+             "current_leader_epoch": p.current_leader_epoch if v >= 4 else -1} for p in t.partitions]}
+            for t in r.topics]
+        self._check_size(sum(len(t["partitions"]) for t in topics))
+        try:
+            if r.replica_id >= 0:
+                raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                 "ListOffsets as a replica is not served on a Kafka listener")
+            resp = await self._call(conn, req, ApiKey.LIST_OFFSETS, {"replica_id": -1, "topics": topics})
+            assert resp is not None
+        except KafkaError as exc:
+            resp = {"topics": [{"topic": t["topic"], "partitions": [
+                {"partition": p["partition"], "error": int(exc.code), "offset": -1, "timestamp": -1,
+                 "leader_epoch": -1} for p in t["partitions"]]} for t in topics]}
+        return {"throttle_time_ms": 0, "topics": [
+            {"name": t["topic"], "partitions": [
+                {"partition_index": p["partition"], "error_code": p["error"], "timestamp": p["timestamp"],
+                 "offset": p["offset"], "leader_epoch": p["leader_epoch"]} for p in t["partitions"]]}
+            for t in resp["topics"]]}
+
+    # ------------------------------------------------------------------ Metadata
+
+    async def _metadata(self, conn: KafkaConnection, req: _Request) -> dict:
+        r = req.body
+        names: list[str] | None
+        if r.topics is None or (req.version == 0 and not r.topics):
+            names = None
+        else:
+            names = [t.name for t in r.topics if t.name is not None]
+            self._check_size(len(names))
+        resp = await self._call(conn, req, ApiKey.METADATA, {"topics": names})
+        assert resp is not None
+        auto = req.version < 4 or bool(r.allow_auto_topic_creation)
+        if names and auto and self.broker.config.get_bool("auto.create.topics.enable"):
+            missing = [t["topic"] for t in resp["topics"] if t["error"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+            if missing:
+                await self._auto_create(conn, req, missing)
+                resp = await self._call(conn, req, ApiKey.METADATA, {"topics": names})
+                assert resp is not None
+        return self._kafka_metadata(resp)
+
+    async def _auto_create(self, conn: KafkaConnection, req: _Request, topics: list[str]) -> None:
+        """auto.create.topics.enable: unknown topics a Metadata request names are
+        created with num.partitions and default.replication.factor, through the
+        same CreateTopics path (Kafka answers LEADER_NOT_AVAILABLE and creates in
+        the background; here the answer waits for the creation, up to 5 s)."""
+        body = {"topics": [{"topic": t, "num_partitions": self.broker.config.get_int("num.partitions"),
+                            "replication_factor": self.broker.config.get_int("default.replication.factor")}
+                           for t in topics], "timeout_ms": 5000, "validate_only": False}
+        try:
+            resp = await self._call(conn, req, ApiKey.CREATE_TOPICS, body)
+        except KafkaError as exc:
+            log.info("auto-creating %s failed: %s", ", ".join(topics), exc)
+            return
+        for t in (resp or {}).get("topics", []):
+            if t.get("error", 0) and t["error"] != ErrorCode.TOPIC_ALREADY_EXISTS:
+                log.info("auto-creating topic %s failed: %s", t["topic"], t.get("message", t["error"]))
+
+    def _kafka_metadata(self, resp: dict) -> dict:
+        topics = []
+        for t in resp["topics"]:
+            topics.append({
+                "error_code": t["error"], "name": t["topic"],
+                "topic_id": codec.topic_uuid(t.get("topic_id") or ""), "is_internal": False,
+                "partitions": [{"error_code": p["error"], "partition_index": p["partition"],
+                                "leader_id": p["leader"], "leader_epoch": p["leader_epoch"],
+                                "replica_nodes": p["replicas"], "isr_nodes": p["isr"],
+                                "offline_replicas": p["offline_replicas"]} for p in t["partitions"]],
+                "authorized_operations": _NO_AUTHORIZED_OPERATIONS,
+            })
+        return {"throttle_time_ms": 0,
+                "brokers": [{"node_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
+                            for b in resp["brokers"]],
+                "cluster_id": resp["cluster_id"] or None,
+                # As Kafka in KRaft mode: the controller is not reachable by clients,
+                # so admin requests that go "to the controller" go to a broker (this one).
+                "controller_id": self.broker.node_id,
+                "topics": topics, "authorized_operations": _NO_AUTHORIZED_OPERATIONS}
+
+    async def _describe_cluster(self, conn: KafkaConnection, req: _Request) -> dict:
+        if req.version >= 1 and req.body.endpoint_type not in (1,):
+            return {"throttle_time_ms": 0, "error_code": int(ErrorCode.INVALID_REQUEST),
+                    "error_message": "only broker endpoints (endpoint_type 1) are served", "endpoint_type": 1,
+                    "cluster_id": "", "controller_id": -1, "brokers": []}
+        resp = await self._call(conn, req, ApiKey.METADATA, {"topics": []})
+        assert resp is not None
+        return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "endpoint_type": 1,
+                "cluster_id": resp["cluster_id"], "controller_id": self.broker.node_id,
+                "brokers": [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
+                            for b in resp["brokers"]],
+                "authorized_operations": _NO_AUTHORIZED_OPERATIONS}
+
+    # ------------------------------------------------------------------ groups and producers
+
+    async def _find_coordinator(self, conn: KafkaConnection, req: _Request) -> dict:
+        """Group and transaction coordinators are not served yet (consumer groups
+        come with issue 12): a retriable COORDINATOR_NOT_AVAILABLE."""
+        return {"throttle_time_ms": 0, "error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                "error_message": "minibroker does not serve group or transaction coordinators yet",
+                "node_id": -1, "host": "", "port": -1}
+
+    async def _init_producer_id(self, conn: KafkaConnection, req: _Request) -> dict:
+        """A producer id so idempotent-by-default clients start. The broker does
+        not deduplicate by it yet (issue 12); transactions are refused."""
+        r = req.body
+        if r.transactional_id is not None:
+            return {"throttle_time_ms": 0, "error_code": int(ErrorCode.INVALID_REQUEST),
+                    "producer_id": -1, "producer_epoch": -1}
+        if req.version >= 3 and r.producer_id >= 0:
+            return {"throttle_time_ms": 0, "error_code": 0, "producer_id": r.producer_id,
+                    "producer_epoch": (r.producer_epoch + 1) & 0x7FFF}
+        self._next_producer_id += 1
+        pid = (self.broker.node_id << 48) | ((self.broker.broker_epoch() & 0xFFFFFF) << 24) \
+            | (self._next_producer_id & 0xFFFFFF)
+        return {"throttle_time_ms": 0, "error_code": 0, "producer_id": pid, "producer_epoch": 0}
+
+    # ------------------------------------------------------------------ OffsetForLeaderEpoch
+
+    async def _offset_for_leader_epoch(self, conn: KafkaConnection, req: _Request) -> dict:
+        """KIP-320: the end offset of the largest epoch <= the one asked for
+        (Kafka's endOffsetFor, E3), from the leader only; epochs checked first (F3)."""
+        r = req.body
+        refuse = req.version >= 3 and r.replica_id >= 0
+        self._check_size(sum(len(t.partitions) for t in r.topics))
+        rm = self.broker.replica_manager
+        image = self.broker.image
+        out = []
+        for t in r.topics:
+            parts = []
+            for p in t.partitions:
+                code, epoch, end = ErrorCode.NONE, -1, -1
+                part = rm.partition(t.topic, p.partition)
+                if refuse:
+                    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+                elif part is None or part.role == NONE:
+                    code = (ErrorCode.NOT_LEADER_OR_FOLLOWER if (t.topic, p.partition) in image.partitions
+                            else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                else:
+                    code = part.check_leader_epoch(p.current_leader_epoch)
+                    if code == ErrorCode.NONE and part.core is None:
+                        code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                    if code == ErrorCode.NONE:
+                        epoch, end = part.log.end_offset_for_epoch(p.leader_epoch)
+                parts.append({"error_code": int(code), "partition": p.partition, "leader_epoch": epoch,
+                              "end_offset": end})
+            out.append({"topic": t.topic, "partitions": parts})
+        return {"throttle_time_ms": 0, "topics": out}
+
+    # ------------------------------------------------------------------ admin
+
+    async def _create_topics(self, conn: KafkaConnection, req: _Request) -> dict:
+        r = req.body
+        topics = []
+        for t in r.topics:
+            entry: dict[str, Any] = {"topic": t.name, "num_partitions": t.num_partitions,
+                                     "replication_factor": t.replication_factor}
+            if t.assignments:
+                entry["assignments"] = [a.broker_ids for a in sorted(t.assignments, key=lambda a: a.partition_index)]
+            if t.configs:
+                entry["configs"] = {c.name: c.value for c in t.configs if c.value is not None}
+            topics.append(entry)
+        body = {"topics": topics, "timeout_ms": r.timeout_ms, "validate_only": bool(r.validate_only)}
+        try:
+            resp = await self._call(conn, req, ApiKey.CREATE_TOPICS, body)
+            assert resp is not None
+            results = resp["topics"]
+        except KafkaError as exc:
+            results = [{"topic": t["topic"], "error": int(exc.code), "message": exc.message} for t in topics]
+        out = []
+        for res in results:
+            name = res["topic"]
+            ok = not res.get("error", 0)
+            t = self.broker.image.topics.get(name) if ok else None
+            parts = self.broker.image.partitions_of(name) if t is not None else []
+            out.append({
+                "name": name, "error_code": res.get("error", 0), "error_message": res.get("message") or None,
+                "num_partitions": t.num_partitions if t is not None else -1,
+                "replication_factor": len(parts[0].replicas) if parts else -1,
+                "configs": [{k: c[k] for k in ("name", "value", "read_only", "config_source", "is_sensitive")}
+                            for c in self._topic_configs(name, None)] if t is not None else None,
+            })
+        return {"throttle_time_ms": 0, "topics": out}
+
+    async def _delete_topics(self, conn: KafkaConnection, req: _Request) -> dict:
+        r = req.body
+        names = list(r.topic_names or [])
+        api = getattr(ApiKey, "DELETE_TOPICS", None)
+        try:
+            if api is None:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "DeleteTopics is not served by this broker yet")
+            resp = await self._call(conn, req, api, {"topics": names, "timeout_ms": r.timeout_ms})
+            assert resp is not None
+            results = resp["topics"]
+        except KafkaError as exc:
+            results = [{"topic": n, "error": int(exc.code), "message": exc.message} for n in names]
+        return {"throttle_time_ms": 0, "responses": [
+            {"name": res["topic"], "error_code": res.get("error", 0), "error_message": res.get("message") or None}
+            for res in results]}
+
+    async def _elect_leaders(self, conn: KafkaConnection, req: _Request) -> dict:
+        r = req.body
+        tps = None if r.topic_partitions is None else [
+            {"topic": t.topic, "partitions": list(t.partitions)} for t in r.topic_partitions]
+        body = {"election_type": r.election_type if req.version >= 1 else 0, "topics": tps,
+                "timeout_ms": r.timeout_ms}
+        try:
+            resp = await self._call(conn, req, ApiKey.ELECT_LEADERS, body)
+            assert resp is not None
+        except KafkaError as exc:
+            return {"throttle_time_ms": 0, "error_code": int(exc.code), "replica_election_results": []}
+        return {"throttle_time_ms": 0, "error_code": resp.get("error", 0), "replica_election_results": [
+            {"topic": t["topic"], "partition_result": [
+                {"partition_id": p["partition"], "error_code": p["error"], "error_message": p.get("message") or None}
+                for p in t["partitions"]]} for t in resp.get("results", [])]}
+
+    async def _describe_configs(self, conn: KafkaConnection, req: _Request) -> dict:
+        r = req.body
+        results = []
+        for res in r.resources:
+            keys = None if res.configuration_keys is None else set(res.configuration_keys)
+            entry: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": res.resource_type,
+                                     "resource_name": res.resource_name, "configs": []}
+            if res.resource_type == _RESOURCE_TOPIC:
+                if res.resource_name not in self.broker.image.topics:
+                    entry["error_code"] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                    entry["error_message"] = f"Topic {res.resource_name} does not exist"
+                else:
+                    entry["configs"] = self._topic_configs(res.resource_name, keys, synonyms=True)
+            elif res.resource_type == _RESOURCE_BROKER:
+                if res.resource_name not in ("", str(self.broker.node_id)):
+                    entry["error_code"] = int(ErrorCode.INVALID_REQUEST)
+                    entry["error_message"] = (f"Unexpected broker id, expected {self.broker.node_id} or empty "
+                                              f"string, but received {res.resource_name}")
+                else:
+                    entry["configs"] = self._broker_configs(keys)
+            else:
+                entry["error_code"] = int(ErrorCode.INVALID_REQUEST)
+                entry["error_message"] = f"resource type {res.resource_type} is not served"
+            results.append(entry)
+        return {"throttle_time_ms": 0, "results": results}
+
+    def _broker_source(self, key: str) -> int:
+        cfg = self.broker.config
+        return _SOURCE_STATIC_BROKER if cfg.get(key, "") != DEFAULTS.get(key) else _SOURCE_DEFAULT
+
+    def _topic_configs(self, topic: str, keys: set[str] | None, synonyms: bool = False) -> list[dict]:
+        image = self.broker.image
+        overrides = image.topic_configs(topic)
+        out = []
+        for name in sorted(TOPIC_CONFIGS):
+            if keys is not None and name not in keys:
+                continue
+            broker_key = TOPIC_CONFIGS[name]
+            broker_value = self.broker.config.get(broker_key, DEFAULTS.get(broker_key, ""))
+            syn = []
+            if name in overrides:
+                source, value = _SOURCE_DYNAMIC_TOPIC, overrides[name]
+                syn.append({"name": name, "value": value, "source": _SOURCE_DYNAMIC_TOPIC})
+            else:
+                source, value = self._broker_source(broker_key), broker_value
+            syn.append({"name": broker_key, "value": broker_value, "source": self._broker_source(broker_key)})
+            out.append({"name": name, "value": value, "read_only": False, "config_source": source,
+                        "is_default": source == _SOURCE_DEFAULT, "is_sensitive": False,
+                        "synonyms": syn if synonyms else [], "config_type": 0, "documentation": None})
+        return out
+
+    def _broker_configs(self, keys: set[str] | None) -> list[dict]:
+        props = self.broker.config.as_dict()
+        out = []
+        for name in sorted(props):
+            if keys is not None and name not in keys:
+                continue
+            sensitive = name in _SENSITIVE
+            source = self._broker_source(name)
+            out.append({"name": name, "value": None if sensitive else props[name], "read_only": True,
+                        "config_source": source, "is_default": source == _SOURCE_DEFAULT,
+                        "is_sensitive": sensitive, "synonyms": [], "config_type": 0, "documentation": None})
+        return out

@@ -1,0 +1,114 @@
+"""The controller core's IncrementalAlterConfigs and CreatePartitions (kafka-configs, kafka-topics --alter)."""
+from minibroker.controller.state import ControllerState
+from minibroker.dynamic_config import ResourceType
+from minibroker.errors import ErrorCode
+from minibroker.metadata import CLUSTER_DEFAULT, BrokerConfigRecord, PartitionRecord, TopicRecord
+
+from .harness import Harness
+
+
+def alter(h, rtype, name, sets=None, deletes=(), validate_only=False):
+    ops = [{"name": k, "op": 0, "value": v} for k, v in (sets or {}).items()] + [{"name": k, "op": 1} for k in deletes]
+    out = h.state.incremental_alter_configs(h.now, [{"resource_type": int(rtype), "resource_name": name,
+                                                     "configs": ops}], validate_only)
+    h.log.append(out)
+    return out
+
+
+def test_setting_a_topic_config_writes_a_new_topic_record_with_the_same_id():
+    h = Harness()
+    h.start(1, 2, 3)
+    h.create("t", [[1, 2, 3]])
+    before = h.state.topics.topics["t"]
+    out = alter(h, ResourceType.TOPIC, "t", {"min.insync.replicas": "2"})
+    assert out.response["results"][0]["error"] == 0
+    ((off, rec),) = out.records
+    assert isinstance(rec, TopicRecord) and rec.topic_id == before.topic_id
+    assert rec.configs == {"min.insync.replicas": "2"} and out.response["metadata_offset"] == off
+    assert h.state.effective_min_isr("t", 3) == 2
+    assert [e.kind for e in out.events] == ["config_changed"]
+    out = alter(h, ResourceType.TOPIC, "t", deletes=["min.insync.replicas"])
+    assert h.state.topics.topics["t"].configs == {} and h.state.effective_min_isr("t", 3) == 1
+
+
+def test_a_cluster_default_broker_config_applies_to_topics_without_their_own():
+    h = Harness()
+    h.start(1, 2, 3)
+    h.create("t", [[1, 2, 3]])
+    h.create("own", [[1, 2, 3]], configs={"min.insync.replicas": "1"})
+    out = alter(h, ResourceType.BROKER, "", {"min.insync.replicas": "3"})
+    ((_, rec),) = out.records
+    assert rec == BrokerConfigRecord(CLUSTER_DEFAULT, {"min.insync.replicas": "3"})
+    assert h.state.effective_min_isr("t", 3) == 3 and h.state.effective_min_isr("own", 3) == 1
+
+
+def test_bad_config_alterations_are_refused_and_write_nothing():
+    h = Harness()
+    h.start(1)
+    h.create("t", [[1]])
+    cases = [
+        (ResourceType.TOPIC, "nope", {"min.insync.replicas": "2"}, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+        (ResourceType.TOPIC, "t", {"min.insync.replicas": "zero"}, ErrorCode.INVALID_CONFIG),
+        (ResourceType.TOPIC, "t", {"no.such.config": "1"}, ErrorCode.INVALID_CONFIG),
+        (ResourceType.BROKER, "1", {"broker.rack": "x"}, ErrorCode.INVALID_REQUEST),
+        (ResourceType.BROKER, "1", {"min.insync.replicas": "0"}, ErrorCode.INVALID_CONFIG),
+        (ResourceType.BROKER, "one", {"min.insync.replicas": "2"}, ErrorCode.INVALID_REQUEST),
+    ]
+    for rtype, name, sets, code in cases:
+        out = alter(h, rtype, name, sets)
+        assert out.response["results"][0]["error"] == code, (name, sets, out.response)
+        assert out.records == []
+
+
+def test_validate_only_checks_without_writing():
+    h = Harness()
+    h.start(1)
+    h.create("t", [[1]])
+    out = alter(h, ResourceType.TOPIC, "t", {"min.insync.replicas": "1"}, validate_only=True)
+    assert out.response["results"][0]["error"] == 0 and out.records == []
+
+
+def test_create_partitions_adds_placed_partitions_led_by_their_first_replica():
+    h = Harness()
+    h.start(1, 2, 3)
+    h.create("t", [[1, 2, 3]])
+    out = h.state.create_partitions(h.now, [{"topic": "t", "count": 3}])
+    assert out.response["results"] == [{"topic": "t", "error": 0, "message": ""}]
+    recs = [r for _, r in out.records]
+    assert isinstance(recs[0], TopicRecord) and recs[0].num_partitions == 3
+    parts = [r for r in recs if isinstance(r, PartitionRecord)]
+    assert [p.partition for p in parts] == [1, 2]
+    for p in parts:
+        assert len(p.replicas) == 3 and p.leader == p.replicas[0] and p.isr == p.replicas
+    assert sorted(h.state.topics.partitions["t"]) == [0, 1, 2]
+
+
+def test_create_partitions_takes_manual_assignments_and_refuses_a_decrease():
+    h = Harness()
+    h.start(1, 2, 3)
+    h.create("t", [[1, 2]])
+    out = h.state.create_partitions(h.now, [{"topic": "t", "count": 2, "assignments": [[3, 1]]}])
+    assert out.response["results"][0]["error"] == 0 and h.state.topics.get("t", 1).replicas == (3, 1)
+    for body, code in [({"topic": "t", "count": 1}, ErrorCode.INVALID_PARTITIONS),
+                       ({"topic": "t", "count": 2}, ErrorCode.INVALID_PARTITIONS),
+                       ({"topic": "t", "count": 3, "assignments": [[1]]}, ErrorCode.INVALID_REPLICA_ASSIGNMENT),
+                       ({"topic": "t", "count": 3, "assignments": [[1, 9]]}, ErrorCode.INVALID_REPLICA_ASSIGNMENT),
+                       ({"topic": "nope", "count": 3}, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]:
+        out = h.state.create_partitions(h.now, [body])
+        assert out.response["results"][0]["error"] == code, body
+        assert out.records == []
+
+
+def test_replay_rebuilds_dynamic_configs_and_grown_topics():
+    h = Harness()
+    h.start(1, 2)
+    h.create("t", [[1, 2]])
+    alter(h, ResourceType.BROKER, "", {"min.insync.replicas": "2"})
+    alter(h, ResourceType.BROKER, "2", {"unclean.leader.election.enable": "true"})
+    h.state.create_partitions(h.now, [{"topic": "t", "count": 2}])
+    fresh = ControllerState(h.state.settings)
+    for off, rec in h.state.image():
+        fresh.replay(off, rec)
+    assert fresh.broker_configs == h.state.broker_configs == {
+        CLUSTER_DEFAULT: {"min.insync.replicas": "2"}, 2: {"unclean.leader.election.enable": "true"}}
+    assert fresh.topics.topics["t"].num_partitions == 2 and sorted(fresh.topics.partitions["t"]) == [0, 1]

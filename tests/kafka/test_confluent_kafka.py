@@ -1,0 +1,172 @@
+"""confluent-kafka (librdkafka) against the Kafka listener: acks=all produce,
+assign() consumption, admin, min.insync.replicas refusals, a leader killed
+mid-stream."""
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka import KafkaError, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, ConfigResource  # noqa: E402
+
+from minibroker.client import Admin  # noqa: E402
+from minibroker.testing.wait import until_sync  # noqa: E402
+from kafkatests import consume, create_topic  # noqa: E402
+
+pytestmark = pytest.mark.cluster
+
+
+def produce(bs: str, topic: str, n: int, conf: dict | None = None) -> tuple[list, list]:
+    """Produce n keyed records; (acknowledged (key, value, partition, offset), errors)."""
+    acked: list = []
+    errors: list = []
+
+    def report(err, msg):
+        if err is not None:
+            errors.append(err)
+        else:
+            acked.append((msg.key(), msg.value(), msg.partition(), msg.offset()))
+    p = Producer({"bootstrap.servers": bs, "acks": "all", "linger.ms": 5, **(conf or {})})
+    for i in range(n):
+        while True:
+            try:
+                p.produce(topic, key=b"k%d" % i, value=b"value-%d" % i, on_delivery=report)
+                break
+            except BufferError:
+                p.poll(0.1)
+        if i % 10_000 == 0:
+            p.poll(0)
+    assert p.flush(120) == 0
+    return acked, errors
+
+
+def test_acks_all_producer_and_assign_consumer_round_trip_100k_records_exactly(shared_cluster):
+    c = shared_cluster
+    create_topic(c, "cf-100k", partitions=3)
+    acked, errors = produce(c.kafka_bootstrap, "cf-100k", 100_000)
+    assert errors == []
+    got = consume(c.kafka_bootstrap, "cf-100k", 3, 100_000)
+    assert sorted(got) == sorted(acked)
+    assert len(set(got)) == 100_000
+    # Offsets per partition are dense from 0 (no gaps, no duplicates).
+    for p in range(3):
+        offs = sorted(o for (_k, _v, part, o) in got if part == p)
+        assert offs == list(range(len(offs)))
+
+
+def test_admin_client_creates_and_describes_topics_and_configs(shared_cluster):
+    c = shared_cluster
+    admin = AdminClient({"bootstrap.servers": c.kafka_bootstrap})
+    from confluent_kafka.admin import NewTopic
+    fs = admin.create_topics([NewTopic("cf-admin", 4, 3, config={"min.insync.replicas": "2"})])
+    fs["cf-admin"].result(timeout=60)
+    dup = admin.create_topics([NewTopic("cf-admin", 4, 3)])
+    with pytest.raises(confluent_kafka.KafkaException) as exc:
+        dup["cf-admin"].result(timeout=60)
+    assert exc.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
+    md = admin.list_topics("cf-admin", timeout=30)
+    t = md.topics["cf-admin"]
+    assert sorted(t.partitions) == [0, 1, 2, 3]
+    assert all(sorted(p.replicas) == [1, 2, 3] and sorted(p.isrs) == [1, 2, 3] for p in t.partitions.values())
+    assert sorted(md.brokers) == [1, 2, 3]
+    assert {f"{b.host}:{b.port}" for b in md.brokers.values()} == set(c.kafka_bootstrap.split(","))
+    res = ConfigResource(ConfigResource.Type.TOPIC, "cf-admin")
+    configs = admin.describe_configs([res])[res].result(timeout=30)
+    assert configs["min.insync.replicas"].value == "2"
+    assert not configs["min.insync.replicas"].is_default
+    assert configs["retention.ms"].value == "604800000"
+    cluster = admin.describe_cluster().result(timeout=30)
+    assert sorted(n.id for n in cluster.nodes) == [1, 2, 3]
+    topics = admin.describe_topics(confluent_kafka.TopicCollection(["cf-admin"]))
+    assert len(topics["cf-admin"].result(timeout=30).partitions) == 4
+    # Each partition is led by its preferred replica already: Kafka's ELECTION_NOT_NEEDED.
+    elected = admin.elect_leaders(confluent_kafka.ElectionType.PREFERRED,
+                                  [TopicPartition("cf-admin", 0)]).result(timeout=30)
+    (err,) = elected.values()
+    assert err is not None and err.code() == KafkaError.ELECTION_NOT_NEEDED
+
+
+def test_acks_all_refused_with_not_enough_replicas_below_min_isr_and_leader_leo_unchanged(shared_cluster):
+    c = shared_cluster
+    create_topic(c, "cf-minisr", partitions=1, configs={"min.insync.replicas": "3"})
+    acked, errors = produce(c.kafka_bootstrap, "cf-minisr", 10)
+    assert errors == [] and len(acked) == 10
+    md = AdminClient({"bootstrap.servers": c.kafka_bootstrap}).list_topics("cf-minisr", timeout=30)
+    leader = md.topics["cf-minisr"].partitions[0].leader
+    follower = next(b for b in (1, 2, 3) if b != leader)
+    c.pause(follower)
+    try:
+        def isr_shrunk():
+            m = AdminClient({"bootstrap.servers": c.kafka_bootstrap}).list_topics("cf-minisr", timeout=10)
+            return follower not in m.topics["cf-minisr"].partitions[0].isrs
+        until_sync(isr_shrunk, "the paused follower leaving the ISR", timeout_s=60)
+        leo_before = leader_leo(c, leader, "cf-minisr")
+        _acked, errs = produce(c.kafka_bootstrap, "cf-minisr", 1, {"retries": 0, "message.timeout.ms": 20_000})
+        assert [e.code() for e in errs] == [KafkaError.NOT_ENOUGH_REPLICAS]
+        assert leader_leo(c, leader, "cf-minisr") == leo_before == 10
+    finally:
+        c.resume(follower)
+
+
+def leader_leo(c, leader: int, topic: str) -> int:
+    async def go():
+        spec = c.layout.broker(leader)
+        async with Admin(c.bootstrap) as admin:
+            resp = await admin.replica_status((spec.host, spec.port), [topic])
+        (p,) = resp["partitions"]
+        assert p["role"] == "leader"
+        return p["leo"]
+    return asyncio.run(go())
+
+
+def test_every_acknowledged_record_survives_a_leader_kill_mid_stream(shared_cluster):
+    c = shared_cluster
+    create_topic(c, "cf-kill", partitions=1, configs={"min.insync.replicas": "2"})
+    md = AdminClient({"bootstrap.servers": c.kafka_bootstrap}).list_topics("cf-kill", timeout=30)
+    leader = md.topics["cf-kill"].partitions[0].leader
+    acked: list = []
+    errors: list = []
+    stop = threading.Event()
+
+    def run():
+        def report(err, msg):
+            (errors if err is not None else acked).append(msg.value() if err is None else err)
+        p = Producer({"bootstrap.servers": c.kafka_bootstrap, "acks": "all", "linger.ms": 2,
+                      "message.timeout.ms": 60_000, "retry.backoff.ms": 100})
+        i = 0
+        while not stop.is_set():
+            p.produce("cf-kill", value=b"m-%d" % i, on_delivery=report)
+            i += 1
+            p.poll(0.002)
+        p.flush(90)
+    t = threading.Thread(target=run)
+    t.start()
+    try:
+        until_sync(lambda: len(acked) >= 500, "500 acknowledged records before the kill", timeout_s=60)
+        c.kill(leader)
+        at_kill = len(acked)
+        until_sync(lambda: len(acked) >= at_kill + 500, "500 more acknowledged records after the kill",
+                   timeout_s=90)
+    finally:
+        stop.set()
+        t.join(120)
+    try:
+        got = consume(c.kafka_bootstrap, "cf-kill", 1, len(set(acked)))
+        values = {v for (_k, v, _p, _o) in got}
+        assert set(acked) <= values
+    finally:
+        c.start_broker(leader)
+        c.wait_running_sync(60)
+
+
+def test_a_producer_to_an_unknown_topic_creates_it_as_kafka_does_by_default(shared_cluster):
+    """auto.create.topics.enable=true (Kafka's default): num.partitions, default.replication.factor."""
+    c = shared_cluster
+    acked, errors = produce(c.kafka_bootstrap, "cf-auto", 3)
+    assert errors == [] and len(acked) == 3
+    md = AdminClient({"bootstrap.servers": c.kafka_bootstrap}).list_topics("cf-auto", timeout=30)
+    assert len(md.topics["cf-auto"].partitions) == 1
+    assert consume(c.kafka_bootstrap, "cf-auto", 1, 3) == acked

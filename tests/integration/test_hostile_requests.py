@@ -176,12 +176,12 @@ async def test_a_client_that_never_reads_its_responses_keeps_broker_memory_bound
     peak = before
     # An absence check: the broker must not grow while nobody reads (before the
     # fix it kept every response: about 1 GB here within a few seconds).
-    for _ in range(30):
+    for _ in range(50):
         await asyncio.sleep(0.1)
         peak = max(peak, rss_bytes(pid))
     for w in writers:
         w.transport.abort()
-    assert peak - before < 150 << 20, f"RSS grew by {(peak - before) >> 20} MiB"
+    assert peak - before < 64 << 20, f"RSS grew by {(peak - before) >> 20} MiB"
 
 
 async def test_the_tail_cache_releases_big_batches(hc):

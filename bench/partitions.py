@@ -43,7 +43,8 @@ def fds(pid: int) -> int:
 async def run(c, args: argparse.Namespace) -> None:
     t0 = time.monotonic()
     async with Admin(c.bootstrap) as admin:
-        await admin.create_topic("many", num_partitions=args.partitions, replication_factor=args.rf, wait=False)
+        await admin.create_topic("many", num_partitions=args.partitions, replication_factor=args.rf, wait=False,
+                                 if_not_exists=True)
         await admin.wait_for_leaders("many", timeout_ms=600_000)
     print(f"created {args.partitions} partitions (RF {args.rf}) with leaders in {time.monotonic() - t0:.1f} s")
     if args.write:

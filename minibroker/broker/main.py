@@ -39,6 +39,21 @@ def tune_gc() -> None:
     gc.set_threshold(max(gen0, 10_000), gen1, 1_000)
 
 
+def raise_fd_limit() -> None:
+    """Lift the soft descriptor limit to the hard one (a distribution's 1024
+    default is far below what thousands of partitions and connections need;
+    Kafka's packaging sets LimitNOFILE for the same reason)."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            return
+        logging.getLogger("minibroker.broker").info("raised the open-file limit from %d to %d", soft, target)
+
+
 def run(config: Config) -> int:
     """Run a broker with `config` until it is told to stop; returns the exit
     status (0 after a clean or controlled shutdown). Configuration errors
@@ -46,6 +61,7 @@ def run(config: Config) -> int:
     setup_logging(config)
     server = BrokerServer(config)
     tune_gc()
+    raise_fd_limit()
     try:
         import uvloop
         return uvloop.run(server.run())

@@ -619,7 +619,7 @@ class ReplicaManager:
             raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                              f"Fetch as replica {replica_id} needs an authenticated inter-broker connection")
         now = self.clock()
-        requests = _dedupe_fetch_entries(body["topics"])
+        requests = await _dedupe_fetch_entries(body["topics"])
         results, total, respond_now = await self._read_all(requests, body, now, initial=True)
         if (respond_now or body["max_wait_ms"] <= 0 or not requests or total >= body["min_bytes"]):
             return self._fetch_response(requests, results)
@@ -889,12 +889,17 @@ class ReplicaManager:
 REQUEST_SLICE = 256
 
 
-def _dedupe_fetch_entries(topics: list[dict]) -> list[tuple[str, dict]]:
+async def _dedupe_fetch_entries(topics: list[dict]) -> list[tuple[str, dict]]:
     """A partition named twice is fetched once, as Kafka's FetchRequest map
-    keeps one entry per partition (the first position, the last entry's fields)."""
+    keeps one entry per partition (the first position, the last entry's fields).
+    Yields to the loop every few thousand entries."""
     out: dict[tuple[str, int], tuple[str, dict]] = {}
+    n = 0
     for t in topics:
         topic = t["topic"]
         for p in t["partitions"]:
             out[(topic, p["partition"])] = (topic, p)
+            n += 1
+            if n % (16 * REQUEST_SLICE) == 0:
+                await asyncio.sleep(0)
     return list(out.values())

@@ -360,11 +360,13 @@ class ServerConnection(asyncio.Protocol):
                 self._answer(slot, _error(cid, ErrorCode.INVALID_REQUEST, str(exc)))
                 return
         ctx = RequestContext(self, api, header["v"], cid, header["client"])
-        task = asyncio.ensure_future(self._run(spec.fn, ctx, body, slot))
+        task = asyncio.ensure_future(self._run(spec.fn, ctx, body, slot, validated is not None))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run(self, fn: Handler, ctx: RequestContext, body: dict[str, Any], slot: asyncio.Future) -> None:
+    async def _run(self, fn: Handler, ctx: RequestContext, body: dict[str, Any], slot: asyncio.Future,
+                   large: bool = False) -> None:
+        loop = asyncio.get_running_loop()
         try:
             resp = await fn(ctx, body)
         except asyncio.CancelledError:
@@ -374,12 +376,18 @@ class ServerConnection(asyncio.Protocol):
         except Exception:
             log.exception("handler for %s failed (client %s)", ctx.api.name, ctx.client_id)
             resp = _error(ctx.correlation_id, ErrorCode.UNKNOWN_SERVER_ERROR, "internal error, see broker log")
+        if large:
+            # Freeing a request of 100,000s of objects is one long C cascade: do it
+            # on the decoder thread, piece by piece.
+            loop.run_in_executor(_DECODER, dismantle, body)
+            del body
         if resp is None:
             self._answer(slot, _NO_RESPONSE)
             return
         resp["id"] = ctx.correlation_id
         if response_entries(resp) > LARGE_RESPONSE_ENTRIES:
-            frame = await asyncio.get_running_loop().run_in_executor(_DECODER, encode_frame_chunked, resp)
+            frame = await loop.run_in_executor(_DECODER, _encode_and_dismantle, resp)
+            del resp
             self._answer(slot, _Encoded(frame))
         else:
             self._answer(slot, resp)
@@ -445,17 +453,48 @@ class _Encoded:
 
 def _decode_and_validate(body: bytes) -> tuple[dict[str, Any], Any]:
     """On the decoder thread: the message and its validated body (or the
-    SchemaError, or None when the header does not name a known API)."""
+    SchemaError, or None when the header does not name a known API). Once
+    validated, the raw message is freed here (only its header is returned)."""
     msg = decode_body_chunked(body)
     try:
         api = ApiKey(validate(msg, HEADER)["api"])
         spec = REQUESTS[api]
     except (SchemaError, ValueError, KeyError):
         return msg, None
+    if api in _BUILTIN:
+        return msg, None
     try:
-        return msg, validate(msg, spec)
+        validated = validate(msg, spec)
     except SchemaError as exc:
-        return msg, exc
+        validated = exc
+    header = {k: msg[k] for k in HEADER if k in msg}
+    dismantle(msg)
+    return header, validated
+
+
+def _encode_and_dismantle(resp: dict[str, Any]) -> bytes:
+    frame = encode_frame_chunked(resp)
+    dismantle(resp)
+    return frame
+
+
+def dismantle(obj: Any) -> None:
+    """Free a big message a thousand elements at a time (a worker thread can
+    then hand the GIL back between pieces); it is empty afterwards."""
+    if isinstance(obj, dict):
+        for k in list(obj):
+            v = obj.pop(k)
+            if isinstance(v, (list, dict)) and len(v) > 16:
+                dismantle(v)
+            del v
+    elif isinstance(obj, list):
+        while obj:
+            chunk = obj[-1024:]
+            del obj[-1024:]
+            for item in chunk:
+                if isinstance(item, (list, dict)) and len(item) > 16:
+                    dismantle(item)
+            del chunk
 
 
 _BUILTIN = (ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)

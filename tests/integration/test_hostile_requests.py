@@ -176,12 +176,12 @@ async def test_a_client_that_never_reads_its_responses_keeps_broker_memory_bound
     peak = before
     # An absence check: the broker must not grow while nobody reads (before the
     # fix it kept every response: about 1 GB here within a few seconds).
-    for _ in range(30):
+    for _ in range(50):
         await asyncio.sleep(0.1)
         peak = max(peak, rss_bytes(pid))
     for w in writers:
         w.transport.abort()
-    assert peak - before < 150 << 20, f"RSS grew by {(peak - before) >> 20} MiB"
+    assert peak - before < 64 << 20, f"RSS grew by {(peak - before) >> 20} MiB"
 
 
 async def test_the_tail_cache_releases_big_batches(hc):
@@ -268,9 +268,9 @@ async def test_sasl_timeouts_leave_no_socket_open(hc):
 
 async def test_a_failed_authentication_closes_the_connection(hc):
     r, w = await raw(hc)
-    w.write(frame({"api": int(ApiKey.SASL_AUTHENTICATE), "v": 0, "id": 1, "client": "evil", "mechanism": "PLAIN",
-                   "secret": "wrong"}) * 5)
+    w.write(frame({"api": int(ApiKey.SASL_AUTHENTICATE), "v": 0, "id": 1, "client": "evil",
+                   "auth_bytes": b"n,,n=evil,r=nonce"}) * 5)
     first = await asyncio.wait_for(read_frame(r), 10)
-    assert first["error"] == int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+    assert first["error"] != 0
     assert await asyncio.wait_for(r.read(), 10) == b""      # closed; the other four were never read
     w.close()

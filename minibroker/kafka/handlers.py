@@ -7,7 +7,7 @@ manager, purgatory and leader core; CreateTopics and ElectLeaders through
 the one controller forward), and translating their answers back into
 Kafka's response fields; whole-request failures turned into Kafka's
 per-partition error responses; the APIs the msgpack path has no twin for
-(OffsetForLeaderEpoch, DescribeConfigs, InitProducerId, FindCoordinator),
+(OffsetForLeaderEpoch, InitProducerId, FindCoordinator),
 answered from the metadata image and the partition's epoch cache.
 
 Must not know: sockets or framing (minibroker.kafka.server), any
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from minibroker.broker.partition import NONE
-from minibroker.config import DEFAULTS, TOPIC_CONFIGS, Config
+from minibroker.config import Config
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.kafka import codec
 from minibroker.kafka.codec import Api, CodecError
@@ -44,13 +44,8 @@ ENCODE_OFF_LOOP_BYTES = 1024 * 1024
 # keeps the per-request Python work of any single request bounded).
 MAX_PARTITIONS_PER_REQUEST = 20_000
 
-# DescribeConfigs config sources (Kafka's ConfigSource ids).
-_SOURCE_DYNAMIC_TOPIC = 1
-_SOURCE_STATIC_BROKER = 4
-_SOURCE_DEFAULT = 5
+_SOURCE_DEFAULT = 5          # Kafka's ConfigSource DEFAULT_CONFIG
 _RESOURCE_TOPIC = 2
-_RESOURCE_BROKER = 4
-_SENSITIVE = frozenset({"minibroker.cluster.secret"})
 _NO_AUTHORIZED_OPERATIONS = None      # encodes as INT32_MIN: "not requested / not provided"
 
 
@@ -96,6 +91,8 @@ class KafkaApis:
             Api.DESCRIBE_CONFIGS: self._describe_configs,
             Api.ELECT_LEADERS: self._elect_leaders,
             Api.DESCRIBE_CLUSTER: self._describe_cluster,
+            Api.CREATE_PARTITIONS: self._create_partitions,
+            Api.INCREMENTAL_ALTER_CONFIGS: self._incremental_alter_configs,
         }
 
     # ------------------------------------------------------------------ entry
@@ -432,18 +429,28 @@ class KafkaApis:
             results = resp["topics"]
         except KafkaError as exc:
             results = [{"topic": t["topic"], "error": int(exc.code), "message": exc.message} for t in topics]
+        configs: dict[str, list[dict]] = {}
+        created = [res["topic"] for res in results if not res.get("error", 0)]
+        if created and req.version >= 5:
+            try:
+                described = await self._call(conn, req, ApiKey.DESCRIBE_CONFIGS, {"resources": [
+                    {"resource_type": _RESOURCE_TOPIC, "resource_name": n, "names": None} for n in created]})
+                for d in (described or {}).get("results", []):
+                    configs[d["resource_name"]] = [
+                        {k: e[k] for k in ("name", "value", "read_only", "config_source", "is_sensitive")}
+                        for e in (_kafka_config_entry(c, False) for c in d["configs"])]
+            except KafkaError as exc:
+                log.info("describing created topics failed: %s", exc)
         out = []
         for res in results:
             name = res["topic"]
-            ok = not res.get("error", 0)
-            t = self.broker.image.topics.get(name) if ok else None
+            t = self.broker.image.topics.get(name) if not res.get("error", 0) else None
             parts = self.broker.image.partitions_of(name) if t is not None else []
             out.append({
                 "name": name, "error_code": res.get("error", 0), "error_message": res.get("message") or None,
                 "num_partitions": t.num_partitions if t is not None else -1,
                 "replication_factor": len(parts[0].replicas) if parts else -1,
-                "configs": [{k: c[k] for k in ("name", "value", "read_only", "config_source", "is_sensitive")}
-                            for c in self._topic_configs(name, None)] if t is not None else None,
+                "configs": configs.get(name) if t is not None else None,
             })
         return {"throttle_time_ms": 0, "topics": out}
 
@@ -463,6 +470,39 @@ class KafkaApis:
             {"name": res["topic"], "error_code": res.get("error", 0), "error_message": res.get("message") or None}
             for res in results]}
 
+    async def _create_partitions(self, conn: KafkaConnection, req: _Request) -> dict:
+        r = req.body
+        topics = [{"topic": t.name, "count": t.count,
+                   "assignments": None if t.assignments is None else [a.broker_ids for a in t.assignments]}
+                  for t in r.topics]
+        body = {"topics": topics, "timeout_ms": r.timeout_ms, "validate_only": bool(r.validate_only)}
+        try:
+            resp = await self._call(conn, req, ApiKey.CREATE_PARTITIONS, body)
+            assert resp is not None
+            results = resp["results"]
+        except KafkaError as exc:
+            results = [{"topic": t["topic"], "error": int(exc.code), "message": exc.message} for t in topics]
+        return {"throttle_time_ms": 0, "results": [
+            {"name": res["topic"], "error_code": res.get("error", 0), "error_message": res.get("message") or None}
+            for res in results]}
+
+    async def _incremental_alter_configs(self, conn: KafkaConnection, req: _Request) -> dict:
+        r = req.body
+        resources = [{"resource_type": res.resource_type, "resource_name": res.resource_name,
+                      "configs": [{"name": c.name, "op": c.config_operation, "value": c.value} for c in res.configs]}
+                     for res in r.resources]
+        try:
+            resp = await self._call(conn, req, ApiKey.INCREMENTAL_ALTER_CONFIGS,
+                                    {"resources": resources, "validate_only": bool(r.validate_only)})
+            assert resp is not None
+            results = resp["results"]
+        except KafkaError as exc:
+            results = [{"resource_type": res["resource_type"], "resource_name": res["resource_name"],
+                        "error": int(exc.code), "message": exc.message} for res in resources]
+        return {"throttle_time_ms": 0, "responses": [
+            {"error_code": res["error"], "error_message": res.get("message") or None,
+             "resource_type": res["resource_type"], "resource_name": res["resource_name"]} for res in results]}
+
     async def _elect_leaders(self, conn: KafkaConnection, req: _Request) -> dict:
         r = req.body
         tps = None if r.topic_partitions is None else [
@@ -481,64 +521,26 @@ class KafkaApis:
 
     async def _describe_configs(self, conn: KafkaConnection, req: _Request) -> dict:
         r = req.body
-        results = []
-        for res in r.resources:
-            keys = None if res.configuration_keys is None else set(res.configuration_keys)
-            entry: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": res.resource_type,
-                                     "resource_name": res.resource_name, "configs": []}
-            if res.resource_type == _RESOURCE_TOPIC:
-                if res.resource_name not in self.broker.image.topics:
-                    entry["error_code"] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                    entry["error_message"] = f"Topic {res.resource_name} does not exist"
-                else:
-                    entry["configs"] = self._topic_configs(res.resource_name, keys, synonyms=True)
-            elif res.resource_type == _RESOURCE_BROKER:
-                if res.resource_name not in ("", str(self.broker.node_id)):
-                    entry["error_code"] = int(ErrorCode.INVALID_REQUEST)
-                    entry["error_message"] = (f"Unexpected broker id, expected {self.broker.node_id} or empty "
-                                              f"string, but received {res.resource_name}")
-                else:
-                    entry["configs"] = self._broker_configs(keys)
-            else:
-                entry["error_code"] = int(ErrorCode.INVALID_REQUEST)
-                entry["error_message"] = f"resource type {res.resource_type} is not served"
-            results.append(entry)
-        return {"throttle_time_ms": 0, "results": results}
+        body = {"resources": [{"resource_type": res.resource_type, "resource_name": res.resource_name,
+                               "names": None if res.configuration_keys is None else list(res.configuration_keys)}
+                              for res in r.resources]}
+        synonyms = bool(r.include_synonyms)
+        try:
+            resp = await self._call(conn, req, ApiKey.DESCRIBE_CONFIGS, body)
+            assert resp is not None
+            results = resp["results"]
+        except KafkaError as exc:
+            results = [{**res, "error": int(exc.code), "message": exc.message, "configs": []}
+                       for res in body["resources"]]
+        return {"throttle_time_ms": 0, "results": [
+            {"error_code": res["error"], "error_message": res.get("message") or None,
+             "resource_type": res["resource_type"], "resource_name": res["resource_name"],
+             "configs": [_kafka_config_entry(c, synonyms) for c in res["configs"]]} for res in results]}
 
-    def _broker_source(self, key: str) -> int:
-        cfg = self.broker.config
-        return _SOURCE_STATIC_BROKER if cfg.get(key, "") != DEFAULTS.get(key) else _SOURCE_DEFAULT
 
-    def _topic_configs(self, topic: str, keys: set[str] | None, synonyms: bool = False) -> list[dict]:
-        image = self.broker.image
-        overrides = image.topic_configs(topic)
-        out = []
-        for name in sorted(TOPIC_CONFIGS):
-            if keys is not None and name not in keys:
-                continue
-            broker_key = TOPIC_CONFIGS[name]
-            broker_value = self.broker.config.get(broker_key, DEFAULTS.get(broker_key, ""))
-            syn = []
-            if name in overrides:
-                source, value = _SOURCE_DYNAMIC_TOPIC, overrides[name]
-                syn.append({"name": name, "value": value, "source": _SOURCE_DYNAMIC_TOPIC})
-            else:
-                source, value = self._broker_source(broker_key), broker_value
-            syn.append({"name": broker_key, "value": broker_value, "source": self._broker_source(broker_key)})
-            out.append({"name": name, "value": value, "read_only": False, "config_source": source,
-                        "is_default": source == _SOURCE_DEFAULT, "is_sensitive": False,
-                        "synonyms": syn if synonyms else [], "config_type": 0, "documentation": None})
-        return out
-
-    def _broker_configs(self, keys: set[str] | None) -> list[dict]:
-        props = self.broker.config.as_dict()
-        out = []
-        for name in sorted(props):
-            if keys is not None and name not in keys:
-                continue
-            sensitive = name in _SENSITIVE
-            source = self._broker_source(name)
-            out.append({"name": name, "value": None if sensitive else props[name], "read_only": True,
-                        "config_source": source, "is_default": source == _SOURCE_DEFAULT,
-                        "is_sensitive": sensitive, "synonyms": [], "config_type": 0, "documentation": None})
-        return out
+def _kafka_config_entry(c: dict, synonyms: bool) -> dict:
+    """One DescribeConfigs entry of the minibroker listener's answer, in Kafka's fields."""
+    return {"name": c["name"], "value": None if c.get("is_sensitive") else c["value"],
+            "read_only": c.get("read_only", False), "config_source": c["source"],
+            "is_default": c["source"] == _SOURCE_DEFAULT, "is_sensitive": c.get("is_sensitive", False),
+            "synonyms": c.get("synonyms", []) if synonyms else [], "config_type": 0, "documentation": None}

@@ -87,6 +87,17 @@ def test_admin_client_creates_and_describes_topics_and_configs(shared_cluster):
                                   [TopicPartition("cf-admin", 0)]).result(timeout=30)
     (err,) = elected.values()
     assert err is not None and err.code() == KafkaError.ELECTION_NOT_NEEDED
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, NewPartitions
+    admin.create_partitions([NewPartitions("cf-admin", 6)])["cf-admin"].result(timeout=60)
+    md = admin.list_topics("cf-admin", timeout=30)
+    assert sorted(md.topics["cf-admin"].partitions) == [0, 1, 2, 3, 4, 5]
+    change = ConfigResource(ConfigResource.Type.TOPIC, "cf-admin", incremental_configs=[
+        ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([change])[change].result(timeout=30)
+    configs = admin.describe_configs([res])[res].result(timeout=30)
+    assert configs["retention.ms"].value == "3600000"
+    admin.delete_topics(["cf-admin"], operation_timeout=30)["cf-admin"].result(timeout=60)
+    assert "cf-admin" not in admin.list_topics(timeout=30).topics
 
 
 def test_acks_all_refused_with_not_enough_replicas_below_min_isr_and_leader_leo_unchanged(shared_cluster):

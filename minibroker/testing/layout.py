@@ -203,7 +203,7 @@ class ClusterLayout:
         if b.metrics is not None:
             props["metrics.listener"] = f"{b.metrics[0]}:{b.metrics[1]}"
         if self.tls:
-            props.update(self._tls_props(["EXTERNAL", *b.internal, "CONTROLLER"]))
+            props.update(self._tls_props(["EXTERNAL", *b.internal, "CONTROLLER", "KAFKA"]))
             props["controller.listener.names"] = "CONTROLLER"
         props.update(self.broker_overrides)
         return props

@@ -297,16 +297,20 @@ class KafkaApis:
         if names and auto and self.broker.config.get_bool("auto.create.topics.enable"):
             missing = [t["topic"] for t in resp["topics"] if t["error"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
             if missing:
-                await self._auto_create(conn, req, missing)
+                failed = await self._auto_create(conn, req, missing)
                 resp = await self._call(conn, req, ApiKey.METADATA, {"topics": names})
                 assert resp is not None
+                for t in resp["topics"]:
+                    if t["error"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and t["topic"] in failed:
+                        t["error"] = failed[t["topic"]]     # e.g. INVALID_TOPIC_EXCEPTION, as Kafka answers
         return self._kafka_metadata(resp)
 
-    async def _auto_create(self, conn: KafkaConnection, req: _Request, topics: list[str]) -> None:
+    async def _auto_create(self, conn: KafkaConnection, req: _Request, topics: list[str]) -> dict[str, int]:
         """auto.create.topics.enable: unknown topics a Metadata request names are
         created with num.partitions and default.replication.factor, through the
         same CreateTopics path (Kafka answers LEADER_NOT_AVAILABLE and creates in
-        the background; here the answer waits for the creation, up to 5 s)."""
+        the background; here the answer waits for the creation, up to 5 s).
+        Returns the error of each topic that could not be created."""
         body = {"topics": [{"topic": t, "num_partitions": self.broker.config.get_int("num.partitions"),
                             "replication_factor": self.broker.config.get_int("default.replication.factor")}
                            for t in topics], "timeout_ms": 5000, "validate_only": False}
@@ -314,10 +318,14 @@ class KafkaApis:
             resp = await self._call(conn, req, ApiKey.CREATE_TOPICS, body)
         except KafkaError as exc:
             log.info("auto-creating %s failed: %s", ", ".join(topics), exc)
-            return
+            return {}
+        failed: dict[str, int] = {}
         for t in (resp or {}).get("topics", []):
             if t.get("error", 0) and t["error"] != ErrorCode.TOPIC_ALREADY_EXISTS:
                 log.info("auto-creating topic %s failed: %s", t["topic"], t.get("message", t["error"]))
+                if t["error"] == ErrorCode.INVALID_TOPIC_EXCEPTION:
+                    failed[t["topic"]] = int(t["error"])
+        return failed
 
     def _kafka_metadata(self, resp: dict) -> dict:
         topics = []

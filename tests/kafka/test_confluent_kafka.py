@@ -181,3 +181,8 @@ def test_a_producer_to_an_unknown_topic_creates_it_as_kafka_does_by_default(shar
     md = AdminClient({"bootstrap.servers": c.kafka_bootstrap}).list_topics("cf-auto", timeout=30)
     assert len(md.topics["cf-auto"].partitions) == 1
     assert consume(c.kafka_bootstrap, "cf-auto", 1, 3) == acked
+
+
+def test_a_producer_to_an_invalid_topic_name_gets_topic_exception(shared_cluster):
+    _acked, errors = produce(shared_cluster.kafka_bootstrap, "bad name!", 1, {"message.timeout.ms": 10_000})
+    assert [e.code() for e in errors] == [KafkaError.TOPIC_EXCEPTION]

@@ -169,27 +169,37 @@ class KafkaApis:
 
     async def _produce(self, conn: KafkaConnection, req: _Request) -> dict | None:
         r = req.body
-        topics = [{"topic": t.name, "partitions": [{"partition": p.index, "records": p.records or b""}
-                                                    for p in t.partition_data]} for t in r.topic_data]
-        self._check_size(sum(len(t["partitions"]) for t in topics))
-        body = {"acks": r.acks, "timeout_ms": r.timeout_ms, "topics": topics}
+        refused: dict[tuple[str, int], str] = {}
+        topics = []
+        for t in r.topic_data:
+            parts = []
+            for p in t.partition_data:
+                problem = _single_batch_problem(p.records, req.version)
+                if problem:
+                    refused[(t.name, p.index)] = problem
+                else:
+                    parts.append({"partition": p.index, "records": p.records})
+            topics.append({"topic": t.name, "partitions": parts})
+        self._check_size(sum(len(t["partitions"]) for t in topics) + len(refused))
+        body = {"acks": r.acks, "timeout_ms": r.timeout_ms, "topics": [t for t in topics if t["partitions"]]}
+        if refused and r.acks == 0:
+            raise ConnectionAbort("acks=0 produce with an invalid record set: " + next(iter(refused.values())))
         try:
-            resp = await self._call(conn, req, ApiKey.PRODUCE, body)
+            resp = await self._call(conn, req, ApiKey.PRODUCE, body) if body["topics"] else {"topics": []}
         except KafkaError as exc:
             if r.acks == 0:
                 raise ConnectionAbort(f"acks=0 produce failed: {exc}") from None
             resp = {"topics": [{"topic": t["topic"], "partitions": [
                 {"partition": p["partition"], "error": int(exc.code), "base_offset": -1, "log_start_offset": -1,
-                 "message": exc.message} for p in t["partitions"]]} for t in topics]}
+                 "message": exc.message} for p in t["partitions"]]} for t in body["topics"]]}
         if resp is None:
             return None
+        answered = {(t["topic"], p["partition"]): p for t in resp["topics"] for p in t["partitions"]}
         return {"throttle_time_ms": 0, "responses": [
-            {"name": t["topic"], "partition_responses": [
-                {"index": p["partition"], "error_code": p["error"], "base_offset": p["base_offset"],
-                 "log_append_time_ms": -1, "log_start_offset": p["log_start_offset"], "record_errors": [],
-                 "error_message": p.get("message") or None}
-                for p in t["partitions"]]}
-            for t in resp["topics"]]}
+            {"name": t.name, "partition_responses": [
+                _produce_partition(p.index, answered.get((t.name, p.index)), refused.get((t.name, p.index)))
+                for p in t.partition_data]}
+            for t in r.topic_data]}
 
     # ------------------------------------------------------------------ Fetch
 
@@ -544,6 +554,29 @@ class KafkaApis:
             {"error_code": res["error"], "error_message": res.get("message") or None,
              "resource_type": res["resource_type"], "resource_name": res["resource_name"],
              "configs": [_kafka_config_entry(c, synonyms) for c in res["configs"]]} for res in results]}
+
+
+def _single_batch_problem(records: bytes | None, version: int) -> str | None:
+    """Kafka's ProduceRequest.validateRecords for v3+ (an INVALID_RECORD partition):
+    exactly one magic-2 batch per partition. Reads two header fields, not the records."""
+    if not records or len(records) < 17:
+        return f"Produce requests with version {version} must have at least one record batch per partition"
+    if records[16] != 2:
+        return f"Produce requests with version {version} are only allowed to contain record batches with magic v2"
+    if int.from_bytes(records[8:12], "big", signed=True) + 12 < len(records):      # more after the first batch
+        return (f"Produce requests with version {version} are only allowed to contain exactly one record batch "
+                f"per partition")
+    return None
+
+
+def _produce_partition(index: int, answer: dict | None, refused: str | None) -> dict:
+    if answer is None:
+        return {"index": index, "error_code": int(ErrorCode.INVALID_RECORD), "base_offset": -1,
+                "log_append_time_ms": -1, "log_start_offset": -1, "record_errors": [],
+                "error_message": refused}
+    return {"index": index, "error_code": answer["error"], "base_offset": answer["base_offset"],
+            "log_append_time_ms": -1, "log_start_offset": answer["log_start_offset"], "record_errors": [],
+            "error_message": answer.get("message") or None}
 
 
 def _kafka_config_entry(c: dict, synonyms: bool) -> dict:

@@ -917,3 +917,11 @@ def test_a_min_isr_config_change_applies_to_the_next_check_at_once() -> None:
     assert lead.on_min_isr_changed(3, 6).events == []
     with pytest.raises(ValueError):
         lead.on_min_isr_changed(0, 7)
+
+
+def test_lowering_min_isr_at_runtime_releases_a_frozen_hw() -> None:
+    lead = make(KAFKA, isr=[1], leo=10, hw=10, min_isr=2)
+    append(lead, 1, 0)
+    assert lead.hw == 10                                   # frozen: ISR 1 < min ISR 2 (X2)
+    d = lead.on_min_isr_changed(1, 5)
+    assert d.hw_moved and lead.hw == 11

@@ -50,12 +50,15 @@ LABEL org.opencontainers.image.title=minibroker \
       org.opencontainers.image.description="Kafka-style replicated broker for learning and testing replication"
 # Invariant: the processes run as this unprivileged user and write only under
 # /var/lib/minibroker, the volume (compose also mounts the root read-only).
+# /var/lib/minibroker-secret (0700, theirs) is where compose's one-shot
+# `secret` service puts the cluster secret (0600) on a volume of its own.
 RUN set -eu; \
     groupadd --system --gid 10001 minibroker; \
     useradd --system --uid 10001 --gid minibroker --home-dir /var/lib/minibroker \
         --no-create-home --shell /usr/sbin/nologin minibroker; \
-    mkdir -p /var/lib/minibroker; \
-    chown minibroker:minibroker /var/lib/minibroker
+    mkdir -p /var/lib/minibroker /var/lib/minibroker-secret; \
+    chown minibroker:minibroker /var/lib/minibroker /var/lib/minibroker-secret; \
+    chmod 700 /var/lib/minibroker-secret
 ENV PATH=/opt/minibroker/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1

@@ -3,7 +3,8 @@
 Sources, lowest to highest precedence: `DEFAULTS`, a properties file
 (`key=value` lines, `#`/`!` comments), environment variables
 `MINIBROKER_<NAME>` (the property upper-cased, dots as underscores:
-`MINIBROKER_REPLICA_LAG_TIME_MAX_MS` -> `replica.lag.time.max.ms`), then
+`MINIBROKER_REPLICA_LAG_TIME_MAX_MS` -> `replica.lag.time.max.ms`; the
+short forms in `ENV_ALIASES` too, e.g. `MINIBROKER_CLUSTER_SECRET`), then
 explicit overrides (`--set key=value`). Values stay strings until read
 through a typed getter, which names the property in its error.
 """
@@ -22,7 +23,26 @@ DEFAULTS: dict[str, str] = {
     "minibroker.kafka.listener.names": "KAFKA",   # listeners that speak Kafka's wire protocol
     "controller.quorum.bootstrap.servers": "127.0.0.1:9093",
     "socket.request.max.bytes": "104857600",
-    "minibroker.cluster.secret": "minibroker-dev-secret",
+    "connections.max.idle.ms": "600000",
+    "minibroker.connections.first.frame.timeout.ms": "10000",
+    "minibroker.max.inflight.requests.per.connection": "8",
+    "minibroker.max.partitions.per.request": "10000",
+    "minibroker.max.partitions.per.broker": "6000",
+    "minibroker.tail.cache.max.bytes": "67108864",
+    # No built-in secret: a process without one refuses to start (minibroker.net.credentials).
+    "minibroker.cluster.secret": "",
+    "minibroker.cluster.secret.file": "",
+    "connection.failed.authentication.delay.ms": "100",
+    # TLS (listeners named SSL, or mapped to SSL by listener.security.protocol.map): minibroker.net.tls
+    "listener.security.protocol.map": "",
+    "controller.listener.names": "",          # on a broker: the first name gives the controller's protocol
+    "ssl.keystore.location": "",
+    "ssl.certificate.location": "",
+    "ssl.key.location": "",
+    "ssl.key.password": "",
+    "ssl.truststore.location": "",
+    "ssl.ca.location": "",
+    "ssl.endpoint.identification.algorithm": "https",
     "minibroker.semantics": "kafka",          # kafka | lesson
     "minibroker.log.level": "INFO",
     "minibroker.controlled.shutdown.timeout.ms": "30000",
@@ -55,6 +75,7 @@ DEFAULTS: dict[str, str] = {
     "unclean.leader.election.enable": "false",
     "default.replication.factor": "1",
     "num.partitions": "1",
+    "auto.create.topics.enable": "true",     # Kafka listener only: Metadata creates unknown topics
     # controller
     "broker.heartbeat.interval.ms": "2000",
     "broker.session.timeout.ms": "9000",
@@ -79,6 +100,11 @@ TOPIC_CONFIGS: dict[str, str] = {
 }
 
 ENV_PREFIX = "MINIBROKER_"
+# Environment names that are not the generic MINIBROKER_<PROPERTY> spelling.
+ENV_ALIASES: dict[str, str] = {
+    "MINIBROKER_CLUSTER_SECRET": "minibroker.cluster.secret",
+    "MINIBROKER_CLUSTER_SECRET_FILE": "minibroker.cluster.secret.file",
+}
 
 
 class ConfigError(ValueError):
@@ -102,7 +128,10 @@ def env_overrides(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     environ = os.environ if environ is None else environ
     out: dict[str, str] = {}
     for k, v in environ.items():
-        if k.startswith(ENV_PREFIX) and k != "MINIBROKER_BOOTSTRAP":
+        if k in ENV_ALIASES:
+            out.setdefault(ENV_ALIASES[k], v)
+        elif k.startswith(ENV_PREFIX) and k not in ("MINIBROKER_BOOTSTRAP", "MINIBROKER_HOME",
+                                                     "MINIBROKER_COMMAND_CONFIG"):
             out[k[len(ENV_PREFIX):].lower().replace("_", ".")] = v
     return out
 

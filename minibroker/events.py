@@ -6,7 +6,7 @@ Cores return or emit `Event`s; drivers log them, keep a ring buffer for
   isr_shrink, isr_expand, isr_proposed, isr_rejected, hw_move, election,
   became_leader, became_follower, fenced, unfenced, truncation,
   produce_refused, produce_completed, broker_registered, offline, recovery,
-  controlled_shutdown, topic_created, elr_change, controller_resumed,
+  controlled_shutdown, topic_created, topic_deleted, elr_change, controller_resumed,
   fetch_error, fetcher_recovered, follower_stuck (a follower's fetch answer
   did not move it forward; `after` is the reason, it backs off), its end
   follower_resumed, and the

@@ -1,21 +1,25 @@
-"""The record batch: one fixed binary header plus the records as one msgpack blob.
+"""The record batch: Kafka's RecordBatch v2, header and varint records.
 
 Owns the byte layout of a batch, its validation, and the leader's stamping
 of offsets and epochs. Must not know about partitions, files or sockets.
 
-Two sides use this module:
+One stored format: a batch produced by minibroker's own client or by any
+Kafka client is stored, replicated and served as the same bytes. Two sides
+use this module:
 
-* the **client** encodes records into a batch (`build_batch`) and decodes
-  batches it fetched (`iter_records`); it is the only side that looks inside
-  the msgpack payload;
-* the **broker** never decodes records. It checks framing and CRCs
-  (`validate_batches`), writes base offsets and leader epochs into the headers
-  (`stamp`), and walks headers (`scan_headers`) for follower appends, reads
-  and recovery. All broker paths do a constant amount of Python work per
-  *batch*, none per record.
+* the **client** encodes records into a batch (`build_batch`, or the
+  producer's accumulator through `new_builder`) and decodes batches it
+  fetched (`iter_records`), with aiokafka's Cython batch builder and reader
+  (C per record, compression included);
+* the **broker** never decodes records into objects. It checks framing and
+  CRCs (`validate_batches`), checks that the records section holds what the
+  header claims (minibroker.record_check, C per record, compressed batches
+  decompressed with a bound), writes base offsets and leader epochs into
+  the headers (`stamp`), and walks headers (`scan_headers`) for follower
+  appends, reads and recovery. Broker paths do a constant amount of
+  *Python* work per batch, none per record.
 
-Header layout (big-endian, 61 bytes, the same field order and sizes as
-Kafka's v2 batch header)::
+Header layout (big-endian, 61 bytes, Kafka's v2 batch header)::
 
     off  size  field               notes
       0   i64  base_offset         outside the CRC: stamped by the leader
@@ -23,8 +27,11 @@ Kafka's v2 batch header)::
      12   i32  leader_epoch        outside the CRC: stamped by the leader
      16   i8   magic               MAGIC (2)
      17   u32  crc                 CRC32C of bytes [21, size)
-     21   i16  attributes          bit 3: timestamp type (1 = LogAppendTime);
-                                   other bits must be 0 (no compression)
+     21   i16  attributes          bits 0-2: compression (0 none, 1 gzip,
+                                   2 snappy, 3 lz4, 4 zstd); bit 3: timestamp
+                                   type (1 = LogAppendTime); bit 4
+                                   (transactional), bit 5 (control) and the
+                                   rest must be 0
      23   i32  last_offset_delta   record_count - 1 for producer batches
      27   i64  first_timestamp     ms; timestamps in records are deltas to it
      35   i64  max_timestamp       ms
@@ -32,7 +39,8 @@ Kafka's v2 batch header)::
      51   i16  producer_epoch      -1 when not idempotent
      53   i32  base_sequence       -1 when not idempotent
      57   i32  record_count
-     61        payload             msgpack array of records
+     61        records             record_count Kafka records (compressed
+                                   as one block when bits 0-2 are set)
 
 Because base_offset and leader_epoch sit before the CRC'd region, stamping
 them never recomputes a CRC (as in Kafka, where baseOffset and
@@ -40,25 +48,34 @@ partitionLeaderEpoch are outside the CRC). The price, as in Kafka, is that
 corruption of those two fields is not caught by the CRC; the log's recovery
 checks offset contiguity and epoch monotonicity instead.
 
-Each record in the payload is a msgpack array
-``[offset_delta, timestamp_delta, key, value, headers]`` where key and value
-are bin or nil and headers is an array of ``[str, bin|nil]`` pairs.
+Each record is Kafka's (DefaultRecord)::
+
+    length varint, attributes i8 (0), timestamp_delta varlong,
+    offset_delta varint, key_length varint (-1: null), key,
+    value_length varint (-1: null), value,
+    header_count varint, then per header: key_length varint, key (UTF-8),
+    value_length varint (-1: null), value
 
 Errors are `KafkaError`s: CORRUPT_MESSAGE (bad framing, magic, attributes,
-CRC, or offsets inconsistent with the header), MESSAGE_TOO_LARGE (a batch
-above max.message.bytes), INVALID_REQUEST (an empty record set).
+CRC, unreadable compressed data, or offsets inconsistent with the header),
+INVALID_RECORD (records that do not match the header: count, offset deltas,
+max timestamp, a batch that decompresses beyond its bound; transactional or
+control batches), MESSAGE_TOO_LARGE (a batch above max.message.bytes),
+INVALID_REQUEST (an empty record set).
 """
 from __future__ import annotations
 
 import struct
-import time
 from typing import Any, NamedTuple
 from collections.abc import Iterable, Iterator, Sequence
 
-import msgpack
+from aiokafka.record._crecords import DefaultRecordBatch, DefaultRecordBatchBuilder  # type: ignore[import-untyped]
 from crc32c import crc32c
 
+from minibroker import clock
+from minibroker import codec
 from minibroker.errors import ErrorCode, KafkaError
+from minibroker.record_check import check_records
 
 MAGIC = 2
 HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -81,7 +98,10 @@ LOG_OVERHEAD = 12  # base_offset + batch_length: what a reader needs to frame a 
 MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 
 TIMESTAMP_TYPE_LOG_APPEND = 0x08
-KNOWN_ATTRIBUTES = TIMESTAMP_TYPE_LOG_APPEND
+TRANSACTIONAL = 0x10
+CONTROL = 0x20
+KNOWN_ATTRIBUTES = codec.CODEC_MASK | TIMESTAMP_TYPE_LOG_APPEND
+MAX_CODEC = codec.ZSTD
 NO_PARTITION_LEADER_EPOCH = -1
 NO_PRODUCER_ID = -1
 
@@ -160,6 +180,15 @@ def _corrupt(msg: str) -> KafkaError:
 
 # ---------------------------------------------------------------- client side
 
+def new_builder(compression: int = codec.NONE, producer_id: int = NO_PRODUCER_ID, producer_epoch: int = -1,
+                base_sequence: int = -1) -> DefaultRecordBatchBuilder:
+    """An empty Kafka v2 batch builder (aiokafka's, in C): `append(offset_delta,
+    timestamp_ms, key, value, headers)` per record, where headers is a list
+    of `(str, bytes | None)` tuples, then `build()` once (compresses with
+    `compression`, a minibroker.codec id). Size limits are the caller's."""
+    return DefaultRecordBatchBuilder(MAGIC, compression, 0, producer_id, producer_epoch, base_sequence, 1 << 62)
+
+
 def build_batch(
     records: Iterable[Any],
     *,
@@ -167,6 +196,7 @@ def build_batch(
     producer_id: int = NO_PRODUCER_ID,
     producer_epoch: int = -1,
     base_sequence: int = -1,
+    compression: int = codec.NONE,
 ) -> bytes:
     """Encode records into one batch (client side): base offset 0, epoch -1.
 
@@ -176,32 +206,35 @@ def build_batch(
     `(str, bytes|None)` pairs. Records without a timestamp get `timestamp_ms`,
     or the current wall-clock time when that is None.
     """
-    default_ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-    rows: list[tuple[bytes | None, bytes | None, int, Sequence[Any]]] = []
+    default_ts = clock.now_ms() if timestamp_ms is None else timestamp_ms
+    b = new_builder(compression, producer_id, producer_epoch, base_sequence)
+    n = 0
     for item in records:
         if item is None or isinstance(item, (bytes, bytearray, memoryview)):
-            rows.append((None, None if item is None else bytes(item), default_ts, ()))
-            continue
-        n = len(item)
-        if n == 2:
-            rows.append((item[0], item[1], default_ts, ()))
-        elif n == 3:
-            rows.append((item[0], item[1], default_ts if item[2] is None else item[2], ()))
-        elif n == 4:
-            rows.append((item[0], item[1], default_ts if item[2] is None else item[2], item[3] or ()))
+            b.append(n, default_ts, None, None if item is None else bytes(item), [])
         else:
-            raise ValueError(f"a record is a value or (key, value[, timestamp_ms[, headers]]), got {n} fields")
-    if not rows:
+            k = len(item)
+            if not 2 <= k <= 4:
+                raise ValueError(f"a record is a value or (key, value[, timestamp_ms[, headers]]), got {k} fields")
+            ts = default_ts if k < 3 or item[2] is None else item[2]
+            b.append(n, ts, item[0], item[1], header_list(item[3]) if k == 4 else [])
+        n += 1
+    if not n:
         raise ValueError("a batch needs at least one record")
-    first_ts = rows[0][2]
-    max_ts = max(r[2] for r in rows)
-    payload = msgpack.packb(
-        [[i, ts - first_ts, k, v, [list(h) for h in hdrs]] for i, (k, v, ts, hdrs) in enumerate(rows)],
-        use_bin_type=True,
-    )
-    return encode_batch(payload, record_count=len(rows), first_timestamp=first_ts,
-                        max_timestamp=max_ts, producer_id=producer_id,
-                        producer_epoch=producer_epoch, base_sequence=base_sequence)
+    return bytes(b.build())
+
+
+def header_list(headers: Iterable[Sequence[Any]] | None) -> list[tuple[str, bytes | None]]:
+    """Record headers as the builder takes them: a list of (str, bytes | None) tuples."""
+    if not headers:
+        return []
+    out = []
+    for h in headers:
+        k, v = h
+        if not isinstance(k, str) or not (v is None or isinstance(v, (bytes, bytearray, memoryview))):
+            raise TypeError(f"a record header is (str, bytes | None), got {h!r:.60}")
+        out.append((k, v if v is None or isinstance(v, bytes) else bytes(v)))
+    return out
 
 
 def encode_batch(
@@ -218,7 +251,8 @@ def encode_batch(
     producer_epoch: int = -1,
     base_sequence: int = -1,
 ) -> bytes:
-    """Frame an already-encoded payload with a header and its CRC."""
+    """Frame an already-encoded records section with a header and its CRC
+    (tests and tools that need a batch whose header says what they choose)."""
     lod = record_count - 1 if last_offset_delta is None else last_offset_delta
     size = HEADER_SIZE + len(payload)
     buf = bytearray(size)
@@ -236,46 +270,42 @@ def iter_records(buf: bytes | bytearray | memoryview, *, min_offset: int = 0,
 
     Yields `Record(offset, timestamp, key, value)` (or `RecordWithHeaders`)
     for records at or above `min_offset` (a fetch may return a batch that
-    starts before the fetch offset). Verifies each batch's CRC and that the
-    payload matches the header; raises KafkaError(CORRUPT_MESSAGE) otherwise.
+    starts before the fetch offset). Verifies each batch's CRC, decompresses
+    compressed batches and checks that the records match the header; raises
+    KafkaError(CORRUPT_MESSAGE) otherwise.
     """
     mv = memoryview(buf)
     for h in iter_batch_headers(mv, verify_crc=True):
         if h.base_offset + h.last_offset_delta < min_offset:
             continue
-        payload = mv[h.position + HEADER_SIZE: h.position + h.size]
         try:
-            rows = msgpack.unpackb(payload, raw=False, use_list=True, strict_map_key=True)
-        except Exception as exc:  # msgpack raises several unrelated types
-            raise _corrupt(f"batch at offset {h.base_offset}: payload is not msgpack ({exc})") from None
-        if not isinstance(rows, list) or len(rows) != h.record_count:
+            recs = list(DefaultRecordBatch(mv[h.position: h.position + h.size]))
+        except Exception as exc:  # the codecs raise several unrelated types
+            raise _corrupt(f"batch at offset {h.base_offset}: records do not decode ({exc})") from None
+        if len(recs) != h.record_count:
             raise _corrupt(f"batch at offset {h.base_offset}: header says {h.record_count} records, "
-                           f"payload holds {len(rows) if isinstance(rows, list) else 'no list'}")
-        ts_type_log_append = bool(h.attributes & TIMESTAMP_TYPE_LOG_APPEND)
-        for row in rows:
-            if not isinstance(row, list) or len(row) != 5:
-                raise _corrupt(f"batch at offset {h.base_offset}: malformed record {row!r:.60}")
-            delta, ts_delta, key, value, headers = row
-            if (not isinstance(delta, int) or not 0 <= delta <= h.last_offset_delta
-                    or not isinstance(ts_delta, int)
-                    or not (key is None or isinstance(key, bytes))
-                    or not (value is None or isinstance(value, bytes))
-                    or not isinstance(headers, list)):
-                raise _corrupt(f"batch at offset {h.base_offset}: malformed record {row!r:.60}")
-            offset = h.base_offset + delta
-            if offset < min_offset:
-                continue
-            ts = h.max_timestamp if ts_type_log_append else h.first_timestamp + ts_delta
-            if with_headers:
-                hdrs = []
-                for pair in headers:
-                    if (not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[0], str)
-                            or not (pair[1] is None or isinstance(pair[1], bytes))):
-                        raise _corrupt(f"batch at offset {h.base_offset}: malformed header {pair!r:.60}")
-                    hdrs.append((pair[0], pair[1]))
-                yield RecordWithHeaders(offset, ts, key, value, tuple(hdrs))
-            else:
-                yield Record(offset, ts, key, value)
+                           f"payload holds {len(recs)}")
+        start = 0
+        if h.base_offset < min_offset:
+            start = min_offset - h.base_offset
+            if start >= len(recs) or recs[start].offset != min_offset:
+                start = next((i for i, r in enumerate(recs) if r.offset >= min_offset), len(recs))
+        if with_headers:
+            for r in recs[start:] if start else recs:
+                ts = r.timestamp
+                hdrs = r.headers
+                yield RecordWithHeaders(r.offset, -1 if ts is None else ts, r.key, r.value,
+                                        tuple(hdrs) if hdrs else ())
+        else:
+            for r in recs[start:] if start else recs:
+                ts = r.timestamp
+                yield Record(r.offset, -1 if ts is None else ts, r.key, r.value)
+
+
+def decode_rows(batch: bytes) -> list[tuple[bytes | None, bytes | None, int, tuple[tuple[str, bytes | None], ...]]]:
+    """(key, value, timestamp, headers) per record of one client batch (reports, tests)."""
+    return [(r.key, r.value, r.timestamp, r.headers) for r in iter_records(batch, with_headers=True)
+            if isinstance(r, RecordWithHeaders)]
 
 
 # ---------------------------------------------------------------- broker side
@@ -297,7 +327,9 @@ def check_header(h: BatchHeader) -> str | None:
     if h.magic != MAGIC:
         return f"magic {h.magic} is not {MAGIC}"
     if h.attributes & ~KNOWN_ATTRIBUTES:
-        return f"attributes 0x{h.attributes & 0xffff:x} carry unsupported bits (compression is not supported)"
+        return f"attributes 0x{h.attributes & 0xffff:x} carry unsupported bits ({_unsupported(h.attributes)})"
+    if h.attributes & codec.CODEC_MASK > MAX_CODEC:
+        return f"compression codec {h.attributes & codec.CODEC_MASK} is unknown"
     if h.last_offset_delta < 0:
         return f"last offset delta {h.last_offset_delta} is negative"
     if h.record_count < 0 or h.record_count > h.last_offset_delta + 1:
@@ -305,6 +337,14 @@ def check_header(h: BatchHeader) -> str | None:
     if h.base_offset < 0:
         return f"base offset {h.base_offset} is negative"
     return None
+
+
+def _unsupported(attributes: int) -> str:
+    if attributes & CONTROL:
+        return "control batches are written by brokers, not clients"
+    if attributes & TRANSACTIONAL:
+        return "transactions are not supported"
+    return "bits 6-15 are unused"
 
 
 def batch_crc_ok(buf: bytes | bytearray | memoryview, position: int, size: int) -> bool:
@@ -338,9 +378,11 @@ def validate_batches(buf: bytes | bytearray | memoryview, *,
 
     Checks framing, magic, attributes, that base offsets are 0 and record
     counts match last offset deltas (Kafka's LogValidator rules for client
-    batches), sizes against `max_message_bytes`, and every CRC. Never decodes
-    records. Raises KafkaError: INVALID_REQUEST for an empty payload,
-    MESSAGE_TOO_LARGE for an oversize batch, CORRUPT_MESSAGE for the rest.
+    batches), sizes against `max_message_bytes`, every CRC, and that the
+    records hold what each header claims (`record_check.check_records`, in
+    C). Raises KafkaError: INVALID_REQUEST for an empty payload,
+    MESSAGE_TOO_LARGE for an oversize batch, INVALID_RECORD for records that
+    do not match their header, CORRUPT_MESSAGE for the rest.
     """
     if len(buf) == 0:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "produce payload holds no record batch")
@@ -359,8 +401,12 @@ def validate_batches(buf: bytes | bytearray | memoryview, *,
         size = length + LOG_OVERHEAD
         h = BatchHeader(pos, size, base, epoch, magic, crc, attrs, lod, fts, mts, pid, pep, seq, count)
         if (size < HEADER_SIZE or magic != MAGIC or attrs & ~KNOWN_ATTRIBUTES or lod < 0
-                or count < 0 or count > lod + 1 or base < 0):
-            raise _corrupt(f"batch at byte {pos}: {check_header(h)}")
+                or count < 0 or count > lod + 1 or base < 0 or attrs & codec.CODEC_MASK > MAX_CODEC):
+            problem = check_header(h)
+            if (attrs & (TRANSACTIONAL | CONTROL) and pos + size <= end
+                    and crc32c(mv[pos + CRC_START: pos + size]) == crc):   # Kafka checks the CRC first
+                raise KafkaError(ErrorCode.INVALID_RECORD, f"batch at byte {pos}: {problem}")
+            raise _corrupt(f"batch at byte {pos}: {problem}")
         if size > limit:
             raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
                              f"batch at byte {pos} is {size} bytes, above max.message.bytes={max_message_bytes}")
@@ -373,6 +419,7 @@ def validate_batches(buf: bytes | bytearray | memoryview, *,
                            f"with last offset delta {lod}")
         if crc32c(mv[pos + CRC_START: pos + size]) != crc:
             raise _corrupt(f"batch at byte {pos}: CRC32C mismatch")
+        check_records(mv[pos: pos + size], attrs, count, fts, mts, max_message_bytes, f"batch at byte {pos}")
         headers.append(h)
         records += count
         offsets += lod + 1
@@ -388,17 +435,21 @@ def single_producer_batch(buf: bytes | bytearray | memoryview,
                           max_message_bytes: int | None = None) -> tuple[int, int, int] | None:
     """Fast path of `validate_batches` for the common produce payload: when
     `buf` is exactly one valid client batch, return (size, last_offset_delta,
-    max_timestamp); otherwise None (call `validate_batches` for the verdict)."""
+    max_timestamp); otherwise None (call `validate_batches` for the verdict).
+    A batch whose header is sound but whose records are not raises
+    KafkaError(INVALID_RECORD) here, as `validate_batches` would."""
     if len(buf) < HEADER_SIZE:
         return None
-    (base, length, _epoch, magic, crc, attrs, lod, _fts, mts, _pid, _pep, _seq,
+    (base, length, _epoch, magic, crc, attrs, lod, fts, mts, _pid, _pep, _seq,
      count) = HEADER.unpack_from(buf, 0)
     size = length + LOG_OVERHEAD
     if (size != len(buf) or base != 0 or magic != MAGIC or attrs & ~KNOWN_ATTRIBUTES
             or count < 1 or count != lod + 1
             or (max_message_bytes is not None and size > max_message_bytes)
+            or attrs & codec.CODEC_MASK > MAX_CODEC
             or crc32c(memoryview(buf)[CRC_START:]) != crc):
         return None
+    check_records(memoryview(buf), attrs, count, fts, mts, max_message_bytes, "batch at byte 0")
     return size, lod, mts
 
 

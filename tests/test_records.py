@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import struct
 
-import msgpack
 import pytest
 from crc32c import crc32c
 from hypothesis import given, settings, strategies as st
@@ -14,6 +13,7 @@ from minibroker.records import (
     Record, build_batch, encode_batch, iter_batch_headers, iter_records, parse_header,
     scan_headers, stamp, validate_batches,
 )
+from minibroker.testing.batches import batch_of, raw_record
 
 T = 1_700_000_000_000
 
@@ -64,9 +64,8 @@ def test_iter_records_follows_stamped_offsets_and_skips_below_min_offset():
 
 
 def test_log_append_time_batches_report_max_timestamp_for_every_record():
-    payload = msgpack.packb([[0, 0, None, b"x", []], [1, 5, None, b"y", []]])
-    b = encode_batch(payload, record_count=2, first_timestamp=T, max_timestamp=T + 100,
-                     attributes=TIMESTAMP_TYPE_LOG_APPEND)
+    b = batch_of([raw_record(0, 0, None, b"x"), raw_record(1, 5, None, b"y")], first_timestamp=T,
+                 max_timestamp=T + 100, attributes=TIMESTAMP_TYPE_LOG_APPEND)
     assert [r.timestamp for r in iter_records(b)] == [T + 100, T + 100]
 
 
@@ -76,15 +75,14 @@ def test_empty_record_list_is_refused_by_the_client():
 
 
 def test_client_detects_payload_not_matching_header():
-    payload = msgpack.packb([[0, 0, None, b"x", []]])
-    b = encode_batch(payload, record_count=2, first_timestamp=T, max_timestamp=T)
+    b = batch_of([raw_record(0, 0, None, b"x")], record_count=2, last_offset_delta=1)
     with pytest.raises(KafkaError) as ei:
         list(iter_records(b))
     assert ei.value.code == ErrorCode.CORRUPT_MESSAGE
 
 
-def test_client_detects_garbage_payload_and_bad_record_shapes():
-    for payload in (b"\xc1\xc1", msgpack.packb([[0, 0, "str-key", b"x", []]]), msgpack.packb([[5, 0, None, b"x", []]])):
+def test_client_detects_garbage_payload_and_bad_record_lengths():
+    for payload in (b"\xc1\xc1", raw_record(0, 0, b"k", b"x")[:-1], b"\x7f" + raw_record(0)[1:]):
         b = encode_batch(payload, record_count=1, first_timestamp=T, max_timestamp=T)
         with pytest.raises(KafkaError) as ei:
             list(iter_records(b))
@@ -153,7 +151,8 @@ def _reframe(b: bytearray) -> bytes:
 
 
 @pytest.mark.parametrize("fmt,pos,value", [
-    (">h", 21, 0x01),       # compression bits
+    (">h", 21, 0x05),       # compression codec 5 does not exist
+    (">h", 21, 0x01),       # gzip, but the records are not gzip data
     (">h", 21, 0x40),       # unknown attribute bit
     (">i", 57, 5),          # record count != last_offset_delta + 1
     (">i", 23, -1),         # negative last offset delta
@@ -217,7 +216,10 @@ def test_single_batch_fast_path_agrees_with_full_validation(data):
     elif mutation == "two":
         b += build_batch([b"x"])
     limit = data.draw(st.one_of(st.none(), st.integers(0, 500)))
-    fast = single_producer_batch(bytes(b), limit)
+    try:
+        fast = single_producer_batch(bytes(b), limit)
+    except KafkaError:
+        fast = None
     try:
         info = validate_batches(bytes(b), max_message_bytes=limit)
     except KafkaError:
@@ -228,3 +230,114 @@ def test_single_batch_fast_path_agrees_with_full_validation(data):
         assert fast == (h.size, h.last_offset_delta, h.max_timestamp)
     elif info is not None:
         assert info.batch_count > 1
+
+
+# ---------------------------------------------------------------- Kafka records, compression, payload checks
+
+def test_the_compiled_aiokafka_record_code_is_used():
+    import aiokafka.record._crecords.default_records as c
+    from minibroker import record_check, records
+    assert c.__file__.endswith(".so")
+    assert records.DefaultRecordBatch is c.DefaultRecordBatch is record_check.DefaultRecordBatch
+    assert records.DefaultRecordBatchBuilder is c.DefaultRecordBatchBuilder
+
+
+def test_records_are_kafkas_varint_encoding():
+    b = build_batch([(b"k", b"v", T, [("h", b"1")])])
+    assert b[HEADER_SIZE:] == raw_record(0, 0, b"k", b"v", [("h", b"1")])
+
+
+@pytest.mark.parametrize("name", ["gzip", "snappy", "lz4", "zstd"])
+def test_compressed_batches_round_trip_and_pass_validation_as_they_came(scanner, name):
+    from minibroker.codec import codec_id
+    recs = [(b"k%d" % i, b"value-%d" % i * 20, T + i) for i in range(50)]
+    b = build_batch(recs, compression=codec_id(name))
+    assert parse_header(b).attributes & 0x07 == codec_id(name)
+    assert len(b) < len(build_batch(recs))
+    info = validate_batches(b)
+    assert (info.record_count, info.max_timestamp) == (50, T + 49)
+    assert [(r.key, r.value, r.timestamp) for r in iter_records(stamp(b, 10, 1))] == recs
+
+
+def test_a_77_byte_batch_claiming_2_pow_31_minus_1_records_is_invalid_record(scanner):
+    from minibroker.records import single_producer_batch
+    n = 2**31 - 1
+    b = batch_of([raw_record(0, 0, None, b"x" * 9)], record_count=n, last_offset_delta=n - 1)
+    assert len(b) == 77
+    assert corrupt_code(b) == ErrorCode.INVALID_RECORD
+    with pytest.raises(KafkaError) as ei:
+        single_producer_batch(b)
+    assert ei.value.code == ErrorCode.INVALID_RECORD
+
+
+@pytest.fixture(params=["c", "aiokafka"])
+def scanner(request, monkeypatch):
+    """Both implementations of the leader's payload check: the C extension and its fallback."""
+    from minibroker import record_check
+    if request.param == "aiokafka":
+        monkeypatch.setattr(record_check, "_scan", None)
+    elif record_check._scan is None:
+        pytest.skip("minibroker._recordscan was not built (no C compiler at install time)")
+    return request.param
+
+
+@pytest.mark.parametrize("records,count,max_ts,why", [
+    ([raw_record(0), raw_record(1)], 3, 0, "fewer records than the count"),
+    ([raw_record(0), raw_record(1), raw_record(2)], 2, 0, "more records than the count"),
+    ([raw_record(1), raw_record(0)], 2, 0, "offset deltas out of order"),
+    ([raw_record(0), raw_record(2)], 2, 0, "offset delta skipped"),
+    ([raw_record(0, 0), raw_record(1, 7)], 2, 3, "max timestamp is not the largest"),
+    ([raw_record(0, 0)[:-1] + b"\x02"], 1, 0, "header count runs past the record"),
+])
+def test_records_that_disagree_with_their_header_are_invalid_record(scanner, records, count, max_ts, why):
+    b = batch_of(records, record_count=count, max_timestamp=max_ts)
+    assert corrupt_code(b) == ErrorCode.INVALID_RECORD, why
+
+
+def test_a_compressed_batch_that_expands_beyond_its_bound_is_refused():
+    import gzip
+
+    from minibroker.record_check import decompressed_limit
+    limit = decompressed_limit(1000)
+    one = raw_record(0, 0, None, b"\x00" * (limit + 10))
+    b = encode_batch(gzip.compress(one), record_count=1, first_timestamp=0, max_timestamp=0, attributes=1)
+    assert len(b) < 1000
+    with pytest.raises(KafkaError, match="expand beyond") as ei:
+        validate_batches(b, max_message_bytes=1000)
+    assert ei.value.code == ErrorCode.INVALID_RECORD
+
+
+@pytest.mark.parametrize("codec_id", [1, 2, 3, 4])
+def test_compressed_garbage_is_corrupt(codec_id):
+    b = encode_batch(b"not compressed at all, really", record_count=1, first_timestamp=0, max_timestamp=0,
+                     attributes=codec_id)
+    assert corrupt_code(b) == ErrorCode.CORRUPT_MESSAGE
+
+
+@pytest.mark.parametrize("bit", [0x10, 0x20])
+def test_transactional_and_control_batches_from_clients_are_invalid_record(bit):
+    b = batch_of([raw_record(0)], attributes=bit)
+    assert corrupt_code(b) == ErrorCode.INVALID_RECORD
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=20)), st.one_of(st.none(), st.binary(max_size=300)),
+                          st.integers(-2**40, 2**41),
+                          st.lists(st.tuples(st.text(max_size=5), st.one_of(st.none(), st.binary(max_size=9))),
+                                   max_size=3)), min_size=1, max_size=30),
+       st.data())
+def test_both_payload_checks_accept_every_built_batch_and_refuse_every_truncation(records, data):
+    from minibroker import record_check
+    b = memoryview(build_batch([(k, v, T + d, h) for k, v, d, h in records]))
+    h = parse_header(b)
+    section = b[HEADER_SIZE:]
+    want = max(T + d for _k, _v, d, _h in records)
+    scans = [lambda s, n: record_check._scan_with_aiokafka(b[:HEADER_SIZE].tobytes() + bytes(s), memoryview(s), 0,
+                                                             n, "x")]
+    if record_check._scan is not None:
+        scans.append(lambda s, n: record_check._scan(s, n, h.first_timestamp))
+    cut = data.draw(st.integers(0, len(section) - 1))
+    for scan in scans:
+        assert scan(section, h.record_count) == want == h.max_timestamp
+        with pytest.raises((KafkaError, ValueError)):
+            scan(section[:cut], h.record_count)

@@ -10,8 +10,9 @@ admin requests (KIP-590).
 Must not know: partitions' replication state, logs, or what the data path
 does with metadata (it hands each applied delta to a callback).
 
-Split as h11: `BrokerLifecycle` and `AlterPartitionQueue` are pure state
-machines (no asyncio, no sockets, no clock); `ControllerChannel`,
+Split as h11: `BrokerLifecycle` (minibroker.broker.lifecycle) and
+`AlterPartitionQueue` (minibroker.broker.alter_partition_queue) are pure
+state machines (no asyncio, no sockets, no clock); `ControllerChannel`,
 `ControllerLink` and `AlterPartitionManager` carry events in and decisions
 out. Separate connections carry the metadata long-poll, the heartbeats, the
 AlterPartition requests and forwarded admin requests, so a parked request on
@@ -20,253 +21,36 @@ one never delays another (responses on one connection come back in order).
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
-import uuid
-from dataclasses import dataclass, field
+import ssl
 from typing import Any
 from collections.abc import Callable
 
-from minibroker.broker.clock import now_ms
+from minibroker.broker.alter_partition_queue import AlterPartitionItem, AlterPartitionQueue, PartitionKey
+from minibroker.broker.lifecycle import BrokerLifecycle, BrokerState, HeartbeatOutcome
+from minibroker.clock import now_ms
 from minibroker.broker.metadata_image import MetadataDelta, MetadataError, MetadataImage
 from minibroker.config import Config, parse_hostport
 from minibroker.errors import ErrorCode, KafkaError, error_name
 from minibroker.events import Event, EventSink
 from minibroker.net.connection import Connection
+from minibroker.net.credentials import cluster_secret
+from minibroker.net.tls import controller_context
 from minibroker.protocol.api import ApiKey
 
 log = logging.getLogger("minibroker.broker.controller")
 
+# Re-exported: the pure cores this module drives.
+__all__ = ["AlterPartitionItem", "AlterPartitionManager", "AlterPartitionQueue", "BrokerLifecycle", "BrokerState",
+           "ControllerChannel", "ControllerLink", "HeartbeatOutcome", "PartitionKey"]
+
 # Errors on which a request is not worth resending as is.
 _FATAL_TOP_LEVEL = frozenset({ErrorCode.UNSUPPORTED_VERSION, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                               ErrorCode.INVALID_REQUEST})
-# Heartbeat answers meaning "the controller does not know this incarnation": register again.
-_REREGISTER = frozenset({ErrorCode.STALE_BROKER_EPOCH, ErrorCode.BROKER_NOT_AVAILABLE})
 
 ALTER_PARTITION_RETRY_MS = 50          # Kafka I5: retry after a top-level error
-STARTING_HEARTBEAT_MS = 10             # Kafka: heartbeat quickly while catching up
 RECONNECT_BACKOFF_MS = 50              # Kafka reconnect.backoff.ms
 RECONNECT_BACKOFF_MAX_MS = 1000        # Kafka reconnect.backoff.max.ms
-
-
-class BrokerState(str, enum.Enum):
-    """Kafka's BrokerState, as ApiVersions reports it."""
-    STARTING = "STARTING"                                  # registering, catching up with metadata
-    RECOVERY = "RECOVERY"                                  # caught up; log recovery, waiting to be unfenced
-    RUNNING = "RUNNING"                                    # unfenced, serving
-    PENDING_CONTROLLED_SHUTDOWN = "PENDING_CONTROLLED_SHUTDOWN"
-    SHUTTING_DOWN = "SHUTTING_DOWN"
-
-
-class HeartbeatOutcome(enum.Enum):
-    OK = "ok"
-    REGISTER = "register"          # the controller no longer knows this broker epoch
-    RETRY = "retry"                # transient: resend at the next tick
-
-
-# --------------------------------------------------------------------------
-# Pure core: the broker's lifecycle towards the controller
-# --------------------------------------------------------------------------
-
-@dataclass
-class BrokerLifecycle:
-    """What the broker has told the controller and what it has heard back.
-
-    Events in: registration and heartbeat responses, `set_ready_to_unfence`
-    (logs recovered, metadata published to the data path),
-    `begin_controlled_shutdown`. Decisions out: the next request body, the
-    delay before the next heartbeat, state transitions (as `Event`s)."""
-    node_id: int
-    rack: str | None
-    listeners: list[dict[str, Any]]
-    previous_broker_epoch: int = -1                        # KIP-966: -1 after an unclean shutdown
-    incarnation_id: str = field(default_factory=lambda: str(uuid.uuid4()))
-    state: BrokerState = BrokerState.STARTING
-    broker_epoch: int = -1          # Invariant: -1 until the first successful registration
-    needs_registration: bool = True
-    fenced: bool = True
-    caught_up: bool = False         # Invariant: once True stays True (Kafka's initial catch-up)
-    ready_to_unfence: bool = False
-    should_shut_down: bool = False
-    registrations: int = 0
-
-    def registration_request(self) -> dict[str, Any]:
-        return {"broker_id": self.node_id, "incarnation_id": self.incarnation_id, "rack": self.rack,
-                "listeners": self.listeners, "previous_broker_epoch": self.previous_broker_epoch}
-
-    def on_registration_response(self, resp: dict[str, Any], now_ms: int) -> list[Event]:
-        """Triggered by a BrokerRegistration response; raises KafkaError on refusal."""
-        code = resp.get("error", 0)
-        if code:
-            raise KafkaError(code, resp.get("message", ""), remote=True)
-        before = self.broker_epoch
-        self.broker_epoch = int(resp["broker_epoch"])
-        # This incarnation's logs are intact from here on: a later re-registration is not unclean.
-        self.previous_broker_epoch = self.broker_epoch
-        self.needs_registration = False
-        self.fenced = True
-        self.registrations += 1
-        return [Event("broker_registered", now_ms, "", before, self.broker_epoch,
-                      "registered" if self.registrations == 1 else "re-registered after the controller "
-                      "refused the previous broker epoch",
-                      {"broker_id": self.node_id, "incarnation_id": self.incarnation_id})]
-
-    def heartbeat_request(self, metadata_offset: int) -> dict[str, Any]:
-        return {"broker_id": self.node_id, "broker_epoch": self.broker_epoch,
-                "current_metadata_offset": metadata_offset,
-                "want_fence": not self.ready_to_unfence,
-                "want_shut_down": self.state is BrokerState.PENDING_CONTROLLED_SHUTDOWN}
-
-    def on_heartbeat_response(self, resp: dict[str, Any], now_ms: int) -> tuple[HeartbeatOutcome, list[Event]]:
-        """Triggered by a BrokerHeartbeat response."""
-        code = resp.get("error", 0)
-        events: list[Event] = []
-        if code in _REREGISTER:
-            self.needs_registration = True
-            self.fenced = True
-            return HeartbeatOutcome.REGISTER, events
-        if code:
-            return HeartbeatOutcome.RETRY, events
-        fenced = bool(resp.get("is_fenced", True))
-        if fenced != self.fenced:
-            events.append(Event("fenced" if fenced else "unfenced", now_ms, "", self.fenced, fenced,
-                                "controller heartbeat response", {"broker_id": self.node_id,
-                                                                  "broker_epoch": self.broker_epoch}))
-        self.fenced = fenced
-        if resp.get("is_caught_up", False):
-            self.caught_up = True
-        if resp.get("should_shut_down", False) and self.state is BrokerState.PENDING_CONTROLLED_SHUTDOWN:
-            self.should_shut_down = True
-            events += self._move(BrokerState.SHUTTING_DOWN, now_ms, "controller completed controlled shutdown")
-        events += self.maybe_advance(now_ms)
-        return HeartbeatOutcome.OK, events
-
-    def maybe_advance(self, now_ms: int) -> list[Event]:
-        """STARTING -> RECOVERY once caught up; RECOVERY -> RUNNING once ready and unfenced."""
-        if self.state is BrokerState.STARTING and self.caught_up:
-            return self._move(BrokerState.RECOVERY, now_ms, "caught up with the metadata log")
-        if self.state is BrokerState.RECOVERY and self.ready_to_unfence and not self.fenced:
-            return self._move(BrokerState.RUNNING, now_ms, "unfenced by the controller")
-        return []
-
-    def set_ready_to_unfence(self, now_ms: int) -> list[Event]:
-        """Triggered when logs are recovered and metadata is published."""
-        self.ready_to_unfence = True
-        return self.maybe_advance(now_ms)
-
-    def begin_controlled_shutdown(self, now_ms: int, reason: str) -> list[Event]:
-        if self.state in (BrokerState.PENDING_CONTROLLED_SHUTDOWN, BrokerState.SHUTTING_DOWN):
-            return []
-        if self.broker_epoch < 0:
-            return self._move(BrokerState.SHUTTING_DOWN, now_ms, f"{reason}; never registered")
-        return self._move(BrokerState.PENDING_CONTROLLED_SHUTDOWN, now_ms, reason)
-
-    def begin_shutdown(self, now_ms: int, reason: str) -> list[Event]:
-        if self.state is BrokerState.SHUTTING_DOWN:
-            return []
-        return self._move(BrokerState.SHUTTING_DOWN, now_ms, reason)
-
-    def next_heartbeat_delay_ms(self, interval_ms: int) -> int:
-        return STARTING_HEARTBEAT_MS if self.state is BrokerState.STARTING else interval_ms
-
-    def _move(self, to: BrokerState, now_ms: int, reason: str) -> list[Event]:
-        before, self.state = self.state, to
-        return [Event("broker_state", now_ms, "", before.value, to.value, reason, {"broker_id": self.node_id})]
-
-
-# --------------------------------------------------------------------------
-# Pure core: AlterPartition batching (Kafka I5)
-# --------------------------------------------------------------------------
-
-PartitionKey = tuple[str, int]
-
-
-@dataclass
-class AlterPartitionItem:
-    topic: str
-    partition: int
-    leader_epoch: int
-    partition_epoch: int
-    new_isr_with_epochs: list[dict[str, int]]
-    leader_recovery_state: int = 0
-
-
-class AlterPartitionQueue:
-    """Invariant: each partition appears at most once in `_items` (queued or
-    in flight); `_inflight` is the set of keys in the one outstanding request,
-    or None when nothing is in flight."""
-
-    def __init__(self) -> None:
-        self._items: dict[PartitionKey, AlterPartitionItem] = {}
-        self._inflight: set[PartitionKey] | None = None
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    @property
-    def in_flight(self) -> bool:
-        return self._inflight is not None
-
-    def submit(self, item: AlterPartitionItem) -> bool:
-        """False when that partition already has a change queued or in flight
-        (the caller answers OPERATION_NOT_ATTEMPTED, as Kafka)."""
-        key = (item.topic, item.partition)
-        if key in self._items:
-            return False
-        self._items[key] = item
-        return True
-
-    def maybe_build_request(self, broker_id: int, broker_epoch: int) -> dict[str, Any] | None:
-        """Everything queued goes into the next request, if none is in flight."""
-        if self._inflight is not None or not self._items:
-            return None
-        self._inflight = set(self._items)
-        topics: dict[str, list[dict[str, Any]]] = {}
-        for it in self._items.values():
-            topics.setdefault(it.topic, []).append({
-                "partition": it.partition, "leader_epoch": it.leader_epoch,
-                "partition_epoch": it.partition_epoch, "new_isr_with_epochs": it.new_isr_with_epochs,
-                "leader_recovery_state": it.leader_recovery_state})
-        return {"broker_id": broker_id, "broker_epoch": broker_epoch,
-                "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}
-
-    def on_failure(self) -> None:
-        """Transport error or retriable top-level error: keep everything queued, resend later."""
-        self._inflight = None
-
-    def on_fatal(self) -> list[PartitionKey]:
-        """A top-level error that resending cannot fix: drop the in-flight partitions."""
-        keys = list(self._inflight or ())
-        for k in keys:
-            self._items.pop(k, None)
-        self._inflight = None
-        return keys
-
-    def on_response(self, resp: dict[str, Any]) -> list[tuple[PartitionKey, dict[str, Any]]]:
-        """A response without a top-level error: one result per in-flight partition
-        (UNKNOWN_SERVER_ERROR for any the controller left out)."""
-        inflight = self._inflight or set()
-        out: list[tuple[PartitionKey, dict[str, Any]]] = []
-        seen: set[PartitionKey] = set()
-        for t in resp.get("topics", []):
-            for p in t.get("partitions", []):
-                key = (t["topic"], p["partition"])
-                if key in inflight and key not in seen:
-                    seen.add(key)
-                    out.append((key, dict(p)))
-        for key in sorted(inflight - seen):
-            out.append((key, {"partition": key[1], "error": int(ErrorCode.UNKNOWN_SERVER_ERROR),
-                              "message": "controller response did not mention this partition"}))
-        for key, _ in out:
-            self._items.pop(key, None)
-        self._inflight = None
-        return out
-
-    def drain(self) -> list[PartitionKey]:
-        keys = list(self._items)
-        self._items.clear()
-        self._inflight = None
-        return keys
 
 
 # --------------------------------------------------------------------------
@@ -310,9 +94,11 @@ class ControllerLink:
     Invariant: `_conn` is None or a connection that was open when last used."""
 
     def __init__(self, servers: list[tuple[str, int]], secret: str, client_id: str,
-                 max_frame_bytes: int, connect_timeout_ms: int = 5000) -> None:
+                 max_frame_bytes: int, connect_timeout_ms: int = 5000,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.servers = servers
         self.secret = secret
+        self.ssl_context = ssl_context
         self.client_id = client_id
         self.max_frame_bytes = max_frame_bytes
         self.connect_timeout_ms = connect_timeout_ms
@@ -328,7 +114,8 @@ class ControllerLink:
             try:
                 self._conn = await Connection.open(host, port, client_id=self.client_id, secret=self.secret,
                                                    timeout_s=self.connect_timeout_ms / 1000,
-                                                   max_frame_bytes=self.max_frame_bytes)
+                                                   max_frame_bytes=self.max_frame_bytes,
+                                                   ssl_context=self.ssl_context)
             except KafkaError:
                 self._server += 1
                 raise
@@ -492,11 +279,12 @@ class ControllerChannel:
         # Heartbeats carry the offset of the last applied record (-1 if none), as Kafka's.
         self._metadata_offset = metadata_offset or (lambda img: img.offset - 1)
         servers = controller_servers(config)
-        secret = config.get("minibroker.cluster.secret")
+        secret = cluster_secret(config)
         max_frame = config.get_int("socket.request.max.bytes")
+        tls = controller_context(config)
 
         def link(purpose: str) -> ControllerLink:
-            return ControllerLink(servers, secret, f"broker-{node_id}-{purpose}", max_frame)
+            return ControllerLink(servers, secret, f"broker-{node_id}-{purpose}", max_frame, ssl_context=tls)
 
         self._control = link("lifecycle")
         self._metadata = link("metadata")

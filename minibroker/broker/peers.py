@@ -9,6 +9,7 @@ Must not know: what travels on the connections (the fetchers decide).
 from __future__ import annotations
 
 import asyncio
+import ssl
 
 from minibroker.broker.metadata_image import MetadataImage
 from minibroker.errors import ErrorCode, KafkaError
@@ -20,7 +21,9 @@ class InterBrokerConnections:
     on `listener` at the time, and is replaced once closed or moved."""
 
     def __init__(self, *, node_id: int, image: MetadataImage, listener: str, secret: str,
-                 max_frame_bytes: int, connect_timeout_ms: int = 5000) -> None:
+                 max_frame_bytes: int, connect_timeout_ms: int = 5000,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
+        self.ssl_context = ssl_context
         self.node_id = node_id
         self.image = image
         self.listener = listener
@@ -50,7 +53,7 @@ class InterBrokerConnections:
                 conn.close()
             conn = await Connection.open(ep[0], ep[1], client_id=f"broker-{self.node_id}-replica",
                                          secret=self.secret, timeout_s=self.connect_timeout_ms / 1000,
-                                         max_frame_bytes=self.max_frame_bytes)
+                                         max_frame_bytes=self.max_frame_bytes, ssl_context=self.ssl_context)
             if self._closed:
                 conn.close()
                 raise KafkaError(ErrorCode.NETWORK_EXCEPTION, "broker is shutting down")

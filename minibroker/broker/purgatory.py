@@ -144,20 +144,20 @@ class FetchPurgatory:
     """
 
     def __init__(self) -> None:
-        self._by_key: dict[Hashable, set[DelayedFetch]] = {}
+        self._by_key: dict[Hashable, dict[DelayedFetch, None]] = {}   # ordered: ops wake in park order
 
     def __len__(self) -> int:
         return len({id(op) for ops in self._by_key.values() for op in ops})
 
     def watch(self, op: DelayedFetch) -> None:
         for k in op.keys:
-            self._by_key.setdefault(k, set()).add(op)
+            self._by_key.setdefault(k, {})[op] = None
 
     def close(self, op: DelayedFetch) -> None:
         for k in op.keys:
             ops = self._by_key.get(k)
             if ops is not None:
-                ops.discard(op)
+                ops.pop(op, None)
                 if not ops:
                     del self._by_key[k]
 

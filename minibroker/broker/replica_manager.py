@@ -21,13 +21,14 @@ import logging
 from typing import Any
 from collections.abc import Callable, Iterable
 
-from minibroker.broker.clock import now_ms as wall_now_ms
+from minibroker.clock import now_ms as wall_now_ms
 from minibroker.broker.fetcher import FetcherManager, FetcherSettings
 from minibroker.broker.partition import FOLLOWER, LEADER, NONE, Partition, ReadResult
 from minibroker.broker.purgatory import DelayedFetch, DelayedProduce, FetchPurgatory
 from minibroker.config import Config, ConfigError
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.events import Event, EventSink
+from minibroker.limits import clamp_batch_size, fetch_records_budget
 from minibroker.metadata import NO_LEADER, BrokerRecord, PartitionRecord
 from minibroker.net.server import RequestContext
 from minibroker.protocol.api import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
@@ -93,6 +94,7 @@ class ReplicaManager:
                                        broker_epoch=broker_epoch, hooks=self, sink=events, clock=clock)
         self._partitions: dict[PartitionKey, Partition] = {}
         self._log_configs: dict[tuple, LogConfig] = {}
+        self.max_frame_bytes = config.get_int("socket.request.max.bytes")
         self._base_log_config = self._broker_log_config()
         self._flushing: dict[PartitionKey, asyncio.Future] = {}
         self._tasks: set[asyncio.Task] = set()
@@ -294,7 +296,7 @@ class ReplicaManager:
         props = {k: self.config.get(k) for k in PROPERTY_NAMES
                  if k.startswith(("log.", "message.")) and k in self.config.as_dict()}
         try:
-            return LogConfig.from_properties(props)
+            return clamp_batch_size(LogConfig.from_properties(props), self.max_frame_bytes)
         except KafkaError as exc:
             raise ConfigError(f"log configuration: {exc.message}") from None
 
@@ -304,7 +306,8 @@ class ReplicaManager:
         cfg = self._log_configs.get(overrides)
         if cfg is None:
             try:
-                cfg = LogConfig.from_properties(dict(overrides), base=self._base_log_config)
+                cfg = clamp_batch_size(LogConfig.from_properties(dict(overrides), base=self._base_log_config),
+                                       self.max_frame_bytes)
             except KafkaError as exc:
                 log.warning("topic %s: bad log config (%s); using broker defaults", topic, exc.message)
                 cfg = self._base_log_config
@@ -480,10 +483,14 @@ class ReplicaManager:
         flushes: list[tuple[Partition, int, dict]] = []
         failed = False
         topics_out = []
+        done = 0
         for t in body["topics"]:
             topic = t["topic"]
             plist = []
             for p in t["partitions"]:
+                done += 1
+                if done % REQUEST_SLICE == 0:
+                    await asyncio.sleep(0)        # issue 10: no request holds the loop
                 entry = {"partition": p["partition"], "error": 0, "base_offset": -1,
                          "log_start_offset": -1, "message": ""}
                 plist.append(entry)
@@ -582,8 +589,8 @@ class ReplicaManager:
             raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                              f"Fetch as replica {replica_id} needs an authenticated inter-broker connection")
         now = self.clock()
-        requests = [(t["topic"], p) for t in body["topics"] for p in t["partitions"]]
-        results, total, respond_now = self._read_all(requests, body, now, initial=True)
+        requests = _dedupe_fetch_entries(body["topics"])
+        results, total, respond_now = await self._read_all(requests, body, now, initial=True)
         if (respond_now or body["max_wait_ms"] <= 0 or not requests or total >= body["min_bytes"]):
             return self._fetch_response(requests, results)
         op = DelayedFetch([(t, p["partition"]) for t, p in requests], body["min_bytes"] - total,
@@ -593,18 +600,27 @@ class ReplicaManager:
             await op.wait(body["max_wait_ms"])
         finally:
             self.purgatory.close(op)
-        results, _, _ = self._read_all(requests, body, self.clock(), initial=False)
+        results, _, _ = await self._read_all(requests, body, self.clock(), initial=False)
         return self._fetch_response(requests, results)
 
-    def _read_all(self, requests: list[tuple[str, dict]], body: dict, now: int,
-                  initial: bool) -> tuple[list[ReadResult], int, bool]:
-        budget = body["max_bytes"]
+    async def _read_all(self, requests: list[tuple[str, dict]], body: dict, now: int,
+                        initial: bool) -> tuple[list[ReadResult], int, bool]:
+        """Read every partition, yielding to the loop every REQUEST_SLICE of them.
+        The response never exceeds the frame limit: max_bytes is capped to the
+        room the frame leaves, and the KIP-74 first batch is dropped if even it
+        cannot fit beside the other entries."""
+        budget = fetch_records_budget(body["max_bytes"], self.max_frame_bytes, len(requests))
+        room = fetch_records_budget(self.max_frame_bytes, self.max_frame_bytes, len(requests))
         total = 0
         respond_now = False
         results = []
-        for topic, p in requests:
-            max_bytes = min(p["partition_max_bytes"], budget - total)
+        for i, (topic, p) in enumerate(requests):
+            if i and i % REQUEST_SLICE == 0:
+                await asyncio.sleep(0)
+            max_bytes = min(max(p["partition_max_bytes"], 0), budget - total)
             r = self._read_partition(topic, p, body, now, max(max_bytes, 0), total == 0, initial)
+            if total + len(r.records) > room:
+                r.records = b""
             total += len(r.records)
             if r.error or r.diverging_epoch is not None or r.preferred_read_replica >= 0:
                 respond_now = True
@@ -720,9 +736,13 @@ class ReplicaManager:
             raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                              f"ListOffsets as replica {replica_id} needs an authenticated connection")
         out = []
+        done = 0
         for t in body["topics"]:
             plist = []
             for p in t["partitions"]:
+                done += 1
+                if done % REQUEST_SLICE == 0:
+                    await asyncio.sleep(0)
                 entry = self._list_offset(t["topic"], p, replica_id)
                 if entry.pop("by_time", False):
                     entry = await self._list_offset_by_time(t["topic"], p, entry)
@@ -851,3 +871,18 @@ class ReplicaManager:
 
     def partition(self, topic: str, partition: int) -> Partition | None:
         return self._partitions.get((topic, partition))
+
+
+# Entries of one request handled between two yields to the event loop.
+REQUEST_SLICE = 256
+
+
+def _dedupe_fetch_entries(topics: list[dict]) -> list[tuple[str, dict]]:
+    """A partition named twice is fetched once, as Kafka's FetchRequest map
+    keeps one entry per partition (the first position, the last entry's fields)."""
+    out: dict[tuple[str, int], tuple[str, dict]] = {}
+    for t in topics:
+        topic = t["topic"]
+        for p in t["partitions"]:
+            out[(topic, p["partition"])] = (topic, p)
+    return list(out.values())

@@ -31,12 +31,14 @@ from typing import Any
 from collections.abc import Awaitable, Callable
 
 import minibroker
-from minibroker.broker.clock import now_ms
+from minibroker.clock import now_ms
 from minibroker.broker.controller_channel import BrokerLifecycle, BrokerState, ControllerChannel
 from minibroker.broker.eventlog import EventLog
 from minibroker.broker.metadata_image import MetadataDelta, MetadataImage
 from minibroker.broker.peers import InterBrokerConnections
+from minibroker.broker import tail
 from minibroker.config import Config, ConfigError, parse_listeners
+from minibroker.limits import clamp_batch_size
 from minibroker.dynamic_config import ResourceType, broker_entries, default_entries, entry_to_wire, topic_entries
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.events import Event
@@ -46,9 +48,13 @@ from minibroker.metadata import CLUSTER_DEFAULT, NO_LEADER
 from minibroker.metrics.counts import EventCounts
 from minibroker.metrics.families import Family, broker_families
 from minibroker.metrics.server import MetricsServer
+from minibroker.net.credentials import cluster_secret
 from minibroker.net.server import Dispatcher, HandlerSpec, RequestContext, serve
+from minibroker.net.tls import listener_protocol, peer_context, server_context
 from minibroker.protocol.api import REQUESTS, ApiKey
+from minibroker.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 from minibroker.protocol.schema import Nullable, Opt
+from minibroker.storage.data_format import DataDirFormatError, ensure_record_format
 
 log = logging.getLogger("minibroker.broker")
 
@@ -167,16 +173,17 @@ def broker_log_config(config: Config) -> Any:
     from minibroker.storage import LogConfig
     props = {k: config.get(k) for k in _BROKER_LOG_PROPERTIES}
     props["minibroker.flush.on.acks.all"] = config.get("minibroker.fsync.before.ack", "false")
-    return LogConfig.from_properties(props)
+    return clamp_batch_size(LogConfig.from_properties(props), config.get_int("socket.request.max.bytes"))
 
 
-def topic_log_config(image: MetadataImage, base: Any, topic: str) -> Any:
+def topic_log_config(image: MetadataImage, base: Any, topic: str,
+                     frame_limit: int = DEFAULT_MAX_FRAME_BYTES) -> Any:
     """A topic's LogConfig: its overrides from the metadata image over the broker's."""
     from minibroker.storage import LogConfig
     from minibroker.storage.log_config import PROPERTY_NAMES
     overrides = {k: v for k, v in image.topic_configs(topic).items() if k in PROPERTY_NAMES}
     try:
-        return LogConfig.from_properties(overrides, base=base)
+        return clamp_batch_size(LogConfig.from_properties(overrides, base=base), frame_limit)
     except KafkaError as exc:
         log.warning("topic %s: ignoring invalid log config overrides (%s)", topic, exc.message)
         return base
@@ -186,7 +193,9 @@ def open_log_manager(config: Config, dirs: list[str], image: MetadataImage, even
     """Create the LogManager over log.dirs: this recovers every log (blocking: call in a thread)."""
     from minibroker.storage import LogManager
     base = broker_log_config(config)
-    return LogManager(dirs[0], base, topic_config=lambda t: topic_log_config(image, base, t), event_sink=events)
+    frame_limit = config.get_int("socket.request.max.bytes")
+    return LogManager(dirs[0], base, topic_config=lambda t: topic_log_config(image, base, t, frame_limit),
+                      event_sink=events)
 
 
 def create_replica_manager(**kw: Any) -> Any:
@@ -206,7 +215,10 @@ class BrokerServer:
             raise ConfigError("node.id: must be set to a non-negative broker id")
         self.binds, self.advertised, self.inter_broker_listener = listener_plan(config)
         self.dirs = log_dirs(config)
-        self.secret = config.get("minibroker.cluster.secret")
+        self.secret = cluster_secret(config)
+        self.tls = {name: server_context(config, name) for name in self.binds
+                    if listener_protocol(config, name) == "SSL"}
+        self.peer_tls = peer_context(config, listener_protocol(config, self.inter_broker_listener))
         self.max_frame_bytes = config.get_int("socket.request.max.bytes")
         self.controlled_shutdown_timeout_ms = int(config.get(
             "minibroker.controlled.shutdown.timeout.ms", str(DEFAULT_CONTROLLED_SHUTDOWN_TIMEOUT_MS)))
@@ -234,7 +246,10 @@ class BrokerServer:
         self._controlled = True
         self._hurry = False
         self.dispatcher = Dispatcher(self._handlers(), secret=self.secret, role="broker",
-                                     max_frame_bytes=self.max_frame_bytes, describe=self._describe)
+                                     max_frame_bytes=self.max_frame_bytes, describe=self._describe,
+                                     failed_auth_delay_ms=config.get_int("connection.failed.authentication.delay.ms"))
+        self.dispatcher.configure(config)
+        tail.PROCESS_BUDGET.max_bytes = config.get_int("minibroker.tail.cache.max.bytes")
 
     # -- state -----------------------------------------------------------------
     @property
@@ -278,6 +293,10 @@ class BrokerServer:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            if isinstance(exc, DataDirFormatError):
+                log.error("broker %d refuses to start: %s", self.node_id, exc)
+                await self._shutdown(clean=False)
+                return 1
             if not self._stop.is_set():
                 log.exception("broker %d failed to start: %s", self.node_id, exc)
                 await self._shutdown(clean=False)
@@ -293,9 +312,10 @@ class BrokerServer:
         for name, (host, port) in self.binds.items():
             if name in self.kafka_listeners:
                 srv = await serve_kafka(self.kafka_apis.handle, host, port, name, self.max_frame_bytes,
-                                        self.kafka_connections)
+                                        self.kafka_connections,
+                                        int(self.config.get("connections.max.idle.ms", "600000")))
             else:
-                srv = await serve(self.dispatcher, host, port, name)
+                srv = await serve(self.dispatcher, host, port, name, ssl_context=self.tls.get(name))
             self._servers.append(srv)
             bhost, bport = srv.sockets[0].getsockname()[:2]
             self.bound[name] = (bhost, bport)
@@ -312,7 +332,7 @@ class BrokerServer:
             previous_broker_epoch=previous_epoch)
         self.peers = InterBrokerConnections(node_id=self.node_id, image=self.image,
                                             listener=self.inter_broker_listener, secret=self.secret,
-                                            max_frame_bytes=self.max_frame_bytes)
+                                            max_frame_bytes=self.max_frame_bytes, ssl_context=self.peer_tls)
         self.channel = ControllerChannel(config=self.config, node_id=self.node_id, image=self.image,
                                          lifecycle=self.lifecycle, on_delta=self._on_delta, events=self._emit_state)
         self.channel.start()
@@ -345,7 +365,7 @@ class BrokerServer:
 
     def _prepare_dirs(self) -> int:
         for d in self.dirs:
-            os.makedirs(d, exist_ok=True)
+            ensure_record_format(d)
         return take_clean_shutdown_epoch(self.dirs)
 
     def _metric_families(self) -> list[Family]:
@@ -420,6 +440,7 @@ class BrokerServer:
             ApiKey.LIST_OFFSETS: HandlerSpec(self._gated(self._list_offsets)),
             ApiKey.METADATA: HandlerSpec(self._gated(self._metadata)),
             ApiKey.CREATE_TOPICS: HandlerSpec(self._gated(self._create_topics)),
+            ApiKey.DELETE_TOPICS: HandlerSpec(self._gated(self._delete_topics)),
             ApiKey.ELECT_LEADERS: HandlerSpec(self._gated(self._elect_leaders)),
             ApiKey.DESCRIBE_CONFIGS: HandlerSpec(self._gated(self._describe_configs)),
             ApiKey.INCREMENTAL_ALTER_CONFIGS: HandlerSpec(self._gated(self._incremental_alter_configs)),
@@ -482,6 +503,18 @@ class BrokerServer:
         if created:
             remaining = max(0, int(timeout_ms - (loop.time() - start) * 1000))
             await self.channel.wait_for(lambda: all(self._topic_visible(t) for t in created), remaining)
+        return resp
+
+    async def _delete_topics(self, ctx: RequestContext, body: dict) -> dict:
+        """Forwarded to the controller; answers once this broker's metadata no
+        longer holds the deleted topics (or timeout_ms passes), as Kafka waits
+        for the deletion to reach the brokers."""
+        assert self.channel is not None
+        timeout_ms = max(0, body.get("timeout_ms", 30_000))
+        resp = await self.channel.forward(ApiKey.DELETE_TOPICS, body, timeout_ms + 5000)
+        deleted = [t["topic"] for t in resp.get("topics", []) if not t.get("error", 0)]
+        if deleted and not resp.get("error", 0):
+            await self.channel.wait_for(lambda: all(t not in self.image.topics for t in deleted), timeout_ms)
         return resp
 
     def _topic_visible(self, topic: str) -> bool:

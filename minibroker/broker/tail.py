@@ -8,9 +8,10 @@ replication rules or requests: `Partition` feeds it every append and every
 truncation, and falls back to the log whenever the cache cannot answer.
 
 Invariant: chunks are contiguous and ascending (each starts at the previous
-one's next offset); their total size is at most `max_bytes` except that the
-newest chunk is always kept; every chunk equals the log's bytes for its
-offsets (truncation drops chunks at or above the new end).
+one's next offset); their total size is at most `max_bytes`, and all caches
+sharing a `TailBudget` hold at most its `max_bytes` together (a chunk that
+does not fit is not kept: the log answers for it); every chunk equals the
+log's bytes for its offsets (truncation drops chunks at or above the new end).
 """
 from __future__ import annotations
 
@@ -18,14 +19,32 @@ import bisect
 from collections import deque
 
 
-class TailCache:
-    __slots__ = ("_firsts", "_chunks", "_size", "max_bytes")
+class TailBudget:
+    """Bytes held by every TailCache of a process. Invariant: `used` is the sum
+    of the sizes of the caches sharing this budget, and at most `max_bytes`."""
+    __slots__ = ("max_bytes", "used")
 
-    def __init__(self, max_bytes: int = 1 << 20) -> None:
+    def __init__(self, max_bytes: int = 64 << 20) -> None:
+        self.max_bytes = max_bytes
+        self.used = 0
+
+
+# The broker process's budget (minibroker.tail.cache.max.bytes sets its size).
+PROCESS_BUDGET = TailBudget()
+
+
+class TailCache:
+    __slots__ = ("_firsts", "_chunks", "_size", "max_bytes", "budget")
+
+    def __init__(self, max_bytes: int = 1 << 20, budget: TailBudget | None = None) -> None:
         self._firsts: deque[int] = deque()
         self._chunks: deque[tuple[int, int, bytes]] = deque()   # (first offset, next offset, bytes)
         self._size = 0
         self.max_bytes = max_bytes
+        self.budget = PROCESS_BUDGET if budget is None else budget
+
+    def __del__(self) -> None:
+        self.budget.used -= self._size
 
     def __len__(self) -> int:
         return len(self._chunks)
@@ -38,22 +57,35 @@ class TailCache:
         """Triggered by every append, with the bytes exactly as stored."""
         if self._chunks and self._chunks[-1][1] != first:
             self.clear()
+        n = len(data)
+        while self._chunks and (self._size + n > self.max_bytes
+                                or self.budget.used + n > self.budget.max_bytes):
+            self._drop_oldest()
+        if n > self.max_bytes or self.budget.used + n > self.budget.max_bytes:
+            return        # too big to keep: reads of it go to the log
         self._firsts.append(first)
         self._chunks.append((first, next_offset, data))
-        self._size += len(data)
-        while self._size > self.max_bytes and len(self._chunks) > 1:
-            self._firsts.popleft()
-            self._size -= len(self._chunks.popleft()[2])
+        self._size += n
+        self.budget.used += n
+
+    def _drop_oldest(self) -> None:
+        self._firsts.popleft()
+        n = len(self._chunks.popleft()[2])
+        self._size -= n
+        self.budget.used -= n
 
     def truncate(self, end_offset: int) -> None:
         """Triggered by a log truncation: forget chunks holding offsets >= end_offset."""
         while self._chunks and self._chunks[-1][1] > end_offset:
             self._firsts.pop()
-            self._size -= len(self._chunks.pop()[2])
+            n = len(self._chunks.pop()[2])
+            self._size -= n
+            self.budget.used -= n
 
     def clear(self) -> None:
         self._firsts.clear()
         self._chunks.clear()
+        self.budget.used -= self._size
         self._size = 0
 
     def read(self, offset: int, max_bytes: int, limit: int) -> bytes | None:

@@ -42,15 +42,17 @@ def cluster() -> None:
 @click.option("--racks", metavar="RACK[,RACK...]",
               help="broker.rack names, cycled over the brokers in id order (--brokers 6 --racks a,b,c: two per "
                    "rack) [default: zone-a, zone-b, ... one per broker].")
+@click.option("--tls", is_flag=True, help="Every listener speaks TLS, with a local CA and certificates made "
+              "under DATA_DIR/tls (clients: --command-config DATA_DIR/tls/client.properties).")
 @click.option("--timeout", type=float, default=60, show_default=True, help="Seconds to wait for every broker to run.")
 @handle_errors
 def up(data_dir: str | None, brokers: int, sets: tuple[str, ...], fast: bool, no_proxy: bool, random_ports: bool,
-       racks: str | None, timeout: float) -> None:
+       tls: bool, racks: str | None, timeout: float) -> None:
     """Start the cluster (or restart a stopped one in the same directory); returns once every broker is RUNNING."""
     d = _dir(data_dir)
     if os.path.exists(state_path(d)):
         c = LocalCluster.load(d)
-        if sets or fast or no_proxy or racks or brokers != 3:
+        if sets or fast or no_proxy or tls or racks or brokers != 3:
             click.echo(f"note: {d} already holds a cluster; starting it with its recorded settings", err=True)
         running = [i.name for i in c.info() if i.alive]
         if len(running) == len(c.process_names()):
@@ -62,7 +64,7 @@ def up(data_dir: str | None, brokers: int, sets: tuple[str, ...], fast: bool, no
         if rack_names is not None and not all(rack_names):
             raise click.BadParameter(f"{racks!r}: expected comma-separated rack names", param_hint="--racks")
         c = LocalCluster.create(d, brokers=brokers, overrides=parse_kv(sets, "--set"), proxied=not no_proxy,
-                                fast=fast, free_ports=random_ports, racks=rack_names)
+                                fast=fast, free_ports=random_ports, tls=tls, racks=rack_names)
     c.start()
     try:
         run_async(c.wait_running(timeout))
@@ -80,6 +82,10 @@ def _print_access(c: LocalCluster) -> None:
     if c.kafka_bootstrap:
         click.echo(f"  kafka:      {c.kafka_bootstrap}")
     click.echo(f"  data dir:   {c.data_dir}  (logs: broker-N/broker.log, controller/controller.log)")
+    click.echo(f"  secret:     {c.layout.secret_file}  (mode 0600; SCRAM-SHA-256 between brokers and controller)")
+    if c.layout.tls:
+        click.echo(f"  tls:        every listener; CA {c.layout.ca_file}")
+        click.echo(f"  clients:    --command-config {c.layout.client_properties_file}")
     racks = ", ".join(f"{b.node_id}={b.rack}" for b in c.layout.brokers)
     click.echo(f"  racks:      {racks}")
     urls = c.layout.metrics_urls()
@@ -142,7 +148,8 @@ def _n(node: int) -> str:
 
 async def _broker_states(c: LocalCluster) -> dict[int, str]:
     out: dict[int, str] = {}
-    async with Admin(c.bootstrap, {"request.timeout.ms": "1500", "socket.connection.setup.timeout.ms": "1500"}) as admin:
+    async with Admin(c.bootstrap, {"request.timeout.ms": "1500", "socket.connection.setup.timeout.ms": "1500",
+                                   **c.client_properties}) as admin:
         async def one(b: int) -> None:
             spec = c.layout.broker(b)
             try:

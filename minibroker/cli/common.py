@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 
 import click
 
-from minibroker.client.config import parse_bootstrap
+from minibroker.client.config import COMMAND_CONFIG_ENV, command_config, parse_bootstrap
 from minibroker.config import ConfigError
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.testing.cluster import ClusterError, default_data_dir, state_path
@@ -66,9 +66,24 @@ def reachable_bootstrap(explicit: str | None) -> str:
 
 
 def bootstrap_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    fn = click.option("--command-config", metavar="FILE", expose_value=False, callback=_command_config,
+                      help="Client properties file with Kafka's names (security.protocol=SSL, "
+                           "ssl.truststore.location=ca.pem, ...) [default: $MINIBROKER_COMMAND_CONFIG].")(fn)
     return click.option("--bootstrap-server", "bootstrap_server", metavar="HOST:PORT[,HOST:PORT]",
                         help="Broker(s) to bootstrap from [default: $MINIBROKER_BOOTSTRAP, else the local "
                              "cluster's state file, else 127.0.0.1:9092].")(fn)
+
+
+def _command_config(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """--command-config FILE: every client this command builds reads its security settings
+    (through $MINIBROKER_COMMAND_CONFIG, which the client library honours)."""
+    if not value:
+        return
+    try:
+        command_config(value)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc).removeprefix("--command-config: "), ctx, param) from None
+    os.environ[COMMAND_CONFIG_ENV] = os.path.abspath(value)
 
 
 def run_async(coro: Awaitable[T]) -> T:

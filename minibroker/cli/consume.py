@@ -4,12 +4,13 @@ from __future__ import annotations
 import contextlib
 
 import sys
-import time
 from typing import Any
 
 import click
 
+from minibroker import clock
 from minibroker.cli.common import bootstrap_option, fail, handle_errors, parse_kv, reachable_bootstrap, run_async
+from minibroker.cli.progress import bar, wanted
 from minibroker.client.consumer import Consumer
 from minibroker.client.types import ConsumerRecord, TopicPartition
 
@@ -101,29 +102,31 @@ async def _consume(bootstrap: str, cfg: dict[str, Any], topic: str, partition: i
         else:
             consumer.seek_to_end(*tps)
         served: dict[TopicPartition, int | None] = {}
-        last_record = time.monotonic()
-        try:
-            while max_messages is None or count < max_messages:
-                records = await consumer.poll(timeout_ms=200)
-                for rec in records:
-                    out.write(format_record(rec, fmt))
-                    count += 1
-                    counter[0] = count
-                    if max_messages is not None and count >= max_messages:
+        last_record = began = clock.monotonic()
+        with bar("consuming", max_messages, wanted(stdout_is_output=True)) as update:
+            try:
+                while max_messages is None or count < max_messages:
+                    records = await consumer.poll(timeout_ms=200)
+                    for rec in records:
+                        out.write(format_record(rec, fmt))
+                        count += 1
+                        counter[0] = count
+                        if max_messages is not None and count >= max_messages:
+                            break
+                    if records:
+                        out.flush()
+                        last_record = clock.monotonic()
+                        update(count, f"{count / max(1e-3, last_record - began):,.0f} rec/s")
+                    if verbose:
+                        for tp in tps:
+                            src = consumer.fetched_from(tp)
+                            if src is not None and served.get(tp) != src:
+                                served[tp] = src
+                                kind = "preferred read replica" if consumer.preferred_replica(tp) == src else "leader"
+                                click.echo(f"{tp}: fetching from broker {src} ({kind})", err=True)
+                    if timeout_ms is not None and (clock.monotonic() - last_record) * 1000 >= timeout_ms:
                         break
-                if records:
-                    out.flush()
-                    last_record = time.monotonic()
-                if verbose:
-                    for tp in tps:
-                        src = consumer.fetched_from(tp)
-                        if src is not None and served.get(tp) != src:
-                            served[tp] = src
-                            kind = "preferred read replica" if consumer.preferred_replica(tp) == src else "leader"
-                            click.echo(f"{tp}: fetching from broker {src} ({kind})", err=True)
-                if timeout_ms is not None and (time.monotonic() - last_record) * 1000 >= timeout_ms:
-                    break
-                if not follow and timeout_ms is None and not records and consumer.caught_up():
-                    break
-        finally:
-            out.flush()
+                    if not follow and timeout_ms is None and not records and consumer.caught_up():
+                        break
+            finally:
+                out.flush()

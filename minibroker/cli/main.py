@@ -16,6 +16,9 @@ from minibroker.cli.health import health
 from minibroker.cli.offsets import offsets
 from minibroker.cli.process import broker, controller, trace
 from minibroker.cli.produce import produce
+from minibroker.cli.sim import sim
+from minibroker.cli.storage import storage
+from minibroker.cli.secret import secret
 from minibroker.cli.quorum import metadata_quorum
 from minibroker.cli.topics import topics
 from minibroker.cli.verify import verify
@@ -29,7 +32,7 @@ def cli() -> None:
 
 
 for command in (topics, produce, consume, offsets, configs, leader_election, broker_api_versions, metadata_quorum,
-                watch, health, cluster, controller, broker, trace, verify):
+                watch, health, cluster, controller, broker, trace, verify, sim, storage, secret):
     cli.add_command(command)
 
 

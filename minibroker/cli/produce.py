@@ -12,6 +12,7 @@ import click
 
 from minibroker.cli.common import bootstrap_option, handle_errors, parse_kv, reachable_bootstrap, run_async
 from minibroker.cli.format import produce_error_line
+from minibroker.cli.progress import bar, interrupt_event, wanted
 from minibroker.client.accumulator import ProducerBatch
 from minibroker.client.producer import Producer
 from minibroker.errors import ErrorCode, KafkaError
@@ -28,6 +29,8 @@ class _Report:
         self.failed = 0
         self.codes: Counter[str] = Counter()
         self.printed = 0
+        self.sent = 0
+        self.interrupted = False
 
     def on_batch(self, batch: ProducerBatch, base_offset: int, error: KafkaError | None) -> None:
         if error is None:
@@ -72,10 +75,15 @@ async def _stdin_chunks():
 @click.option("--message-send-max-retries", "retries", type=int, default=3, show_default=True,
               help="Retries of a retriable error (kafka-console-producer's default is 3); "
                    "--producer-property retries=N overrides it.")
+@click.option("--compression-codec", "--compression-type", "compression", is_flag=False, flag_value="gzip",
+              type=click.Choice(["none", "gzip", "snappy", "lz4", "zstd"]), default=None,
+              help="Compress batches (kafka-console-producer's --compression-codec; gzip if given without a "
+                   "value); --producer-property compression.type=... overrides it.")
 @click.option("--no-progress", is_flag=True, help="Synthetic load without the progress bar.")
 @handle_errors
 def produce(bootstrap_server: str | None, topic: str, acks: str, partition: int | None, key_separator: str | None,
             reader_props: tuple[str, ...], count: int | None, size: int, props: tuple[str, ...], retries: int,
+            compression: str | None,
             no_progress: bool) -> None:
     """Send stdin lines (or --count synthetic records) to TOPIC.
 
@@ -83,12 +91,18 @@ def produce(bootstrap_server: str | None, topic: str, acks: str, partition: int 
     is 1 if any record failed."""
     key_separator = _key_separator(key_separator, parse_kv(reader_props, "--property", strip_values=False))
     cfg: dict[str, Any] = {"acks": acks, "max.block.ms": "30000", "retries": str(retries)}
+    if compression:
+        cfg["compression.type"] = compression
     cfg.update(parse_kv(props, "--producer-property"))
     report = _Report(topic)
     if count is not None:
         elapsed = run_async(_synthetic(reachable_bootstrap(bootstrap_server), cfg, topic, partition, count, size,
                                        report, not no_progress))
         rate = report.acked / elapsed if elapsed > 0 else 0.0
+        if report.interrupted:
+            unacked = report.sent - report.acked - report.failed
+            click.echo(f"Interrupted (Ctrl-C) after {report.sent} of {count} records: {report.acked} acknowledged, "
+                       f"{report.failed} failed, {unacked} without an answer", err=True)
         click.echo(f"{report.acked} records sent, {report.failed} failed, {rate:,.0f} records/s "
                    f"({rate * size / 1e6:.2f} MB/s) in {elapsed:.2f} s", err=True)
     else:
@@ -96,6 +110,8 @@ def produce(bootstrap_server: str | None, topic: str, acks: str, partition: int 
     if report.failed:
         click.echo(report.summary(), err=True)
         sys.exit(1)
+    if report.interrupted:
+        sys.exit(130)
 
 
 async def _require_topic(producer: Producer, topic: str, attempts: int = 3) -> None:
@@ -171,31 +187,35 @@ def _split(line: bytes, sep: bytes | None) -> tuple[bytes | None, bytes]:
 
 async def _synthetic(bootstrap: str, cfg: dict[str, Any], topic: str, partition: int | None, count: int,
                      size: int, report: _Report, progress: bool) -> float:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+    """Send `count` generated records; the first Ctrl-C stops sending, waits up to 10 s
+    for what is in flight and returns, so the summary covers what was sent."""
     async with Producer(bootstrap, cfg) as producer:
         producer.on_batch_done = report.on_batch
         await _require_topic(producer, topic)
+        stop = interrupt_event()
         start = time.perf_counter()
-        prog = Progress(TextColumn("producing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        TextColumn("{task.fields[rate]}"), console=None, transient=False,
-                        disable=not progress or not sys.stderr.isatty())
-        with prog:
-            task = prog.add_task("produce", total=count, rate="")
+        with bar("producing", count, wanted(not progress)) as update:
             pad = b"x" * max(0, size - 10)
             last = 0.0
             for i in range(count):
+                if stop.is_set():
+                    break
                 value = (b"%010d" % i)[:size] + pad
                 try:
                     await producer.send(topic, value, partition=partition)
                 except KafkaError as exc:
                     report.failed += 1
                     report.codes[exc.name] += 1
+                report.sent += 1
                 now = time.perf_counter()
                 if now - last > 0.2:
                     last = now
                     done = report.acked + report.failed
-                    prog.update(task, completed=done, rate=f"{done / (now - start):,.0f} rec/s")
-            await producer.flush()
-            prog.update(task, completed=report.acked + report.failed)
+                    update(done, f"{done / (now - start):,.0f} rec/s")
+            try:
+                await asyncio.wait_for(producer.flush(), 10 if stop.is_set() else None)
+            except TimeoutError:
+                pass
+            update(report.acked + report.failed)
+        report.interrupted = stop.is_set()
         return time.perf_counter() - start

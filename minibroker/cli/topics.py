@@ -1,4 +1,4 @@
-"""`minibroker topics create|list|describe|alter` (kafka-topics)."""
+"""`minibroker topics create|list|describe|alter|delete` (kafka-topics)."""
 from __future__ import annotations
 
 import dataclasses
@@ -14,7 +14,7 @@ from minibroker.errors import ErrorCode, KafkaError
 
 @click.group()
 def topics() -> None:
-    """Create, list, describe and alter topics (kafka-topics)."""
+    """Create, list, describe, alter and delete topics (kafka-topics)."""
 
 
 def _assignment(spec: str | None) -> list[list[int]] | None:
@@ -115,6 +115,26 @@ def describe(bootstrap_server: str | None, topic: str | None, under_replicated_p
                                unavailable=unavailable_partitions, leader_epoch=leader_epoch,
                                with_overrides=topics_with_overrides):
         click.echo(line)
+
+
+@topics.command()
+@bootstrap_option
+@click.option("--topic", required=True, help="Topic name.")
+@click.option("--if-exists", is_flag=True, help="Succeed quietly if the topic does not exist.")
+@handle_errors
+def delete(bootstrap_server: str | None, topic: str, if_exists: bool) -> None:
+    """Delete a topic (DeleteTopics); prints nothing on success, as kafka-topics --delete."""
+    async def go() -> None:
+        async with Admin(reachable_bootstrap(bootstrap_server)) as admin:
+            await admin.delete_topic(topic)
+    try:
+        run_async(go())
+    except KafkaError as exc:
+        if exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            if if_exists:
+                return
+            fail(f"Error while executing topic command : Topic '{topic}' does not exist as expected")
+        fail(f"Error while executing topic command : {exc.message or exc}")
 
 
 @topics.command()

@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import click
 
 from minibroker.cli.common import bootstrap_option, handle_errors, resolve_bootstrap, run_async
+from minibroker.cli.progress import bar, interrupt_event, wanted
 from minibroker.testing.cluster import ClusterError, state_path
 
 
@@ -26,14 +28,16 @@ from minibroker.testing.cluster import ClusterError, state_path
                    "replicas' logs byte for byte once they converged.")
 @click.option("--converge-timeout", type=float, default=30, show_default=True,
               help="Seconds to wait for every replica to reach its leader's LEO.")
+@click.option("--no-progress", is_flag=True, help="No progress line on stderr (there is none in pipes anyway).")
 @handle_errors
 def verify(bootstrap_server: str | None, topic: str, records: int | None, duration: float | None,
            throughput: float, partitions: int, replication_factor: int, min_insync_replicas: int,
-           data_dir: str | None, converge_timeout: float) -> None:
+           data_dir: str | None, converge_timeout: float, no_progress: bool) -> None:
     """Produce numbered records with acks=all (every ack and failure logged), read every
     partition from offset 0, and report lost acknowledged records, duplicates, reordering,
     reads of definitely failed produces and (with --data-dir) replicas that diverge.
-    Exit status 1 when the result is FAIL."""
+    Exit status 1 when the result is FAIL. Ctrl-C stops sending and still checks and
+    reports what was sent (a second Ctrl-C aborts)."""
     from minibroker.verify.replicas import ReplicaDirs
     from minibroker.verify.runner import run_verify
 
@@ -51,10 +55,24 @@ def verify(bootstrap_server: str | None, topic: str, records: int | None, durati
             with open(state_path(d), encoding="utf-8") as f:
                 bootstrap_server = json.load(f)["bootstrap"]
     bootstrap = resolve_bootstrap(bootstrap_server)
-    report = run_async(run_verify(bootstrap, topic, records=records, duration_s=duration,
-                                  partitions=partitions, replication_factor=replication_factor,
-                                  min_isr=min_insync_replicas, rate=throughput, replica_dirs=dirs,
-                                  converge_timeout_s=converge_timeout))
+    interrupted = [False]
+
+    async def main() -> Any:
+        stop = interrupt_event()
+        with bar("verify", records, wanted(no_progress)) as update:
+            def tick(wl: Any, phase: str) -> None:
+                p = wl.producer
+                update(p.sent, f"{phase}: {wl.acked} acked, {len(p.failures)} failed"
+                               + (f", {len(wl.live.reads)} read" if wl.live is not None else ""))
+            rep = await run_verify(bootstrap, topic, records=records, duration_s=duration,
+                                   partitions=partitions, replication_factor=replication_factor,
+                                   min_isr=min_insync_replicas, rate=throughput, replica_dirs=dirs,
+                                   converge_timeout_s=converge_timeout, stop=stop, tick=tick)
+        interrupted[0] = stop.is_set()
+        return rep
+    report = run_async(main())
+    if interrupted[0]:
+        click.echo("Interrupted (Ctrl-C): stopped sending; the report covers every record sent until then.")
     for line in report.lines():
         click.echo(line)
     if not report.ok:

@@ -167,10 +167,13 @@ def open_watch(bootstrap: str, local: LocalCluster | None, controller: tuple[str
     return Watch(admin, observer, EventFollower(admin), ctl)
 
 
-def frame_text(frame: Frame, lines: list[EventLine], n: int, all_events: bool) -> list[str]:
+NO_CONTROLLER = "(no controller events: pass --controller HOST:PORT)"
+
+
+def frame_text(frame: Frame, lines: list[EventLine], n: int, all_events: bool, controller: bool = True) -> list[str]:
     out = table_text(frame.views)
     out += [broker_text(b) for b in frame.brokers if b.state != "ok" or (b.process and b.process != "running")]
-    out += ["", "EVENTS"]
+    out += ["", "EVENTS" if controller else "EVENTS " + NO_CONTROLLER]
     out += [event_text(line) for line in shown(lines, all_events)[-n:]]
     return out
 
@@ -224,7 +227,7 @@ async def _once(w: Watch, n: int, all_events: bool) -> None:
     finally:
         await w.close()
         await w.admin.close()
-    for line in frame_text(frame, list(w.follower.lines), n, all_events):
+    for line in frame_text(frame, list(w.follower.lines), n, all_events, w.controller is not None):
         click.echo(line)
 
 
@@ -251,7 +254,8 @@ async def _live(w: Watch, bootstrap: str, interval_ms: int, n: int, all_events: 
                          for b in frame.brokers if b.state != "ok" or (b.process and b.process != "running")]
                 events = [Text(event_text(line), no_wrap=True, overflow="ellipsis")
                           for line in shown(list(w.follower.lines), all_events)[-n:]]
-                live.update(Group(table, *notes, Text("events", style="bold"), *events))
+                title = "events" if w.controller is not None else "events " + NO_CONTROLLER
+                live.update(Group(table, *notes, Text(title, style="bold"), *events))
                 await asyncio.sleep(interval_ms / 1000)
     finally:
         await w.close()

@@ -9,7 +9,10 @@ the clock, the sockets and the futures, which it attaches to each batch
 through the `new_waiter` factory.
 
 Must not know how batches are encoded or sent, nor what a broker answered
-beyond "retry this batch" (`reenqueue`) or "done" (`release`).
+beyond "retry this batch" (`reenqueue`) or "done" (`release`): each batch
+appends its records to a builder made by the injected `new_builder`
+factory (the record format's, see minibroker.records.new_builder) and asks
+it for the bytes once (`encoded`).
 Mirrors Kafka's RecordAccumulator (ready / drain / reenqueue / expiredBatches).
 """
 from __future__ import annotations
@@ -17,16 +20,27 @@ from __future__ import annotations
 import random
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 from collections.abc import Callable
 
 from minibroker.client.retry import Backoff
 from minibroker.client.types import TopicPartition
 
-RECORD_OVERHEAD = 16        # per-record framing estimate (msgpack array, offset delta, timestamp)
+RECORD_OVERHEAD = 16        # per-record framing estimate (Kafka record: length, attributes, deltas, lengths)
 BATCH_OVERHEAD = 61         # header estimate (as Kafka's RecordBatch header)
 
 LeaderOf = Callable[[TopicPartition], "int | None"]
+
+
+class Builder(Protocol):
+    """What a batch needs from the record format: append records, then build once."""
+
+    def append(self, offset: int, timestamp: int | None, key: Any, value: Any, headers: list) -> Any: ...
+
+    def build(self) -> bytes | bytearray: ...
+
+
+Decoder = Callable[[bytes], list[tuple[bytes | None, bytes | None, int, tuple]]]
 
 
 class BufferFull(Exception):
@@ -41,23 +55,34 @@ def record_size(key: bytes | None, value: bytes | None, headers: Any) -> int:
     return size
 
 
+def _default_format() -> tuple[Callable[[], Builder], Decoder]:
+    """minibroker.records' builder and decoder, for callers that inject none (tests, tools)."""
+    from minibroker.records import decode_rows, new_builder
+    return new_builder, decode_rows
+
+
 class ProducerBatch:
     """Records for one partition that travel and are acknowledged together.
 
-    Rows are kept in the wire form of minibroker.records (`(offset_delta,
-    timestamp_delta, key, value, headers)`), so encoding is one msgpack call;
-    tuples of atomic values, so the cyclic GC soon stops tracking them (a full
-    buffer holds hundreds of thousands).
-    Invariants: `rows` only grows while the batch is the last of its
-    partition's queue and not `closed`; `attempts` counts sends so far;
+    Records go straight into the format's builder (one C call per record);
+    the batch keeps only counts, timestamps and sizes. `encoded()` builds the
+    bytes on the first send and keeps them, so a retry resends the same
+    batch (as Kafka's producer does).
+    Invariants: records are appended only while the batch is the last of its
+    partition's queue and not `closed`, and never after `encoded()`;
+    `count` is the number appended; `attempts` counts sends so far;
     `retry_at_ms` is 0 until the first retry."""
 
-    __slots__ = ("tp", "rows", "first_ts", "max_ts", "size", "max_size", "created_ms", "retry_at_ms",
-                 "attempts", "closed", "waiter", "last_error")
+    __slots__ = ("tp", "builder", "count", "first_ts", "max_ts", "size", "max_size", "created_ms", "retry_at_ms",
+                 "attempts", "closed", "waiter", "last_error", "mixed_ts", "_encoded", "_decode", "_decoded")
 
-    def __init__(self, tp: TopicPartition, max_size: int, created_ms: int, waiter: Any) -> None:
+    def __init__(self, tp: TopicPartition, max_size: int, created_ms: int, waiter: Any,
+                 builder: Builder | None = None, decode: Decoder | None = None) -> None:
+        if builder is None:
+            builder, decode = _default_format()[0](), decode or _default_format()[1]
         self.tp = tp
-        self.rows: list[tuple] = []
+        self.builder: Builder | None = builder
+        self.count = 0
         self.first_ts = -1
         self.max_ts = -1
         self.size = BATCH_OVERHEAD
@@ -68,40 +93,61 @@ class ProducerBatch:
         self.closed = False
         self.waiter = waiter
         self.last_error = 0
+        self.mixed_ts = False         # Invariant: some record's timestamp differs from first_ts
+        self._encoded: bytes | None = None
+        self._decode = decode
+        self._decoded: list[tuple[bytes | None, bytes | None, int, tuple]] | None = None
 
     def try_append(self, key: bytes | None, value: bytes | None, timestamp_ms: int, headers: Any,
                    size: int) -> int:
         """Append if it fits (a first record always fits); returns its index or -1."""
-        rows = self.rows
-        n = len(rows)
-        if self.closed or (n and self.size + size > self.max_size):
+        n = self.count
+        if self.closed or self.builder is None or (n and self.size + size > self.max_size):
             return -1
         if not n:
             self.first_ts = self.max_ts = timestamp_ms
-        elif timestamp_ms > self.max_ts:
-            self.max_ts = timestamp_ms
-        rows.append((n, timestamp_ms - self.first_ts, key, value, headers or ()))
+        elif timestamp_ms != self.first_ts:
+            self.mixed_ts = True
+            if timestamp_ms > self.max_ts:
+                self.max_ts = timestamp_ms
+        self.builder.append(n, timestamp_ms, key, value, headers or [])
+        self.count = n + 1
         self.size += size
         return n
 
+    def encoded(self) -> bytes:
+        """The batch's bytes, built on the first call (no record may be appended after)."""
+        if self._encoded is None:
+            assert self.builder is not None
+            self._encoded = bytes(self.builder.build())
+            self.builder = None
+            self.closed = True
+        return self._encoded
+
     def timestamp(self, index: int) -> int:
-        return self.first_ts + self.rows[index][1]
+        if not self.mixed_ts:
+            return self.first_ts
+        return self.records[index][2]
 
     @property
     def records(self) -> list[tuple[bytes | None, bytes | None, int, tuple]]:
-        """(key, value, timestamp, headers) per record (for reports; not on the hot path)."""
-        f = self.first_ts
-        return [(r[2], r[3], f + r[1], tuple(tuple(h) for h in r[4])) for r in self.rows]
+        """(key, value, timestamp, headers) per record, decoded from the built
+        batch (for reports and per-record metadata; not on the hot path)."""
+        if self._decoded is None:
+            if self._decode is None:
+                raise RuntimeError("this batch was made without a decoder")
+            self._decoded = self._decode(self.encoded())
+        return self._decoded
 
     @property
     def full(self) -> bool:
         return self.closed or self.size >= self.max_size
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return self.count
 
     def __repr__(self) -> str:
-        return f"ProducerBatch({self.tp}, records={len(self.rows)}, size={self.size}, attempts={self.attempts})"
+        return f"ProducerBatch({self.tp}, records={self.count}, size={self.size}, attempts={self.attempts})"
 
 
 class AppendResult(NamedTuple):
@@ -128,6 +174,7 @@ class RecordAccumulator:
     def __init__(self, *, batch_size: int = 16384, linger_ms: int = 5, buffer_memory: int = 33_554_432,
                  delivery_timeout_ms: int = 120_000, backoff: Backoff = Backoff(),
                  new_waiter: Callable[[], Any] = lambda: None,
+                 new_builder: Callable[[], Builder] | None = None, decode: Decoder | None = None,
                  rand: Callable[[], float] = random.random) -> None:
         self.batch_size = batch_size
         self.linger_ms = linger_ms
@@ -135,6 +182,11 @@ class RecordAccumulator:
         self.delivery_timeout_ms = delivery_timeout_ms
         self.backoff = backoff
         self.new_waiter = new_waiter
+        if new_builder is None:
+            new_builder, default_decode = _default_format()
+            decode = decode or default_decode
+        self.new_builder = new_builder
+        self.decode = decode
         self.rand = rand
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
         self._open: dict[TopicPartition, ProducerBatch] = {}     # Invariant: the last, unclosed batch per partition
@@ -161,11 +213,13 @@ class RecordAccumulator:
         b = self._open.get(tp)
         if b is not None:
             if b.size + size <= b.max_size:
-                rows = b.rows
-                n = len(rows)
-                rows.append((n, timestamp_ms - b.first_ts, key, value, headers or ()))
-                if timestamp_ms > b.max_ts:
-                    b.max_ts = timestamp_ms
+                n = b.count
+                b.builder.append(n, timestamp_ms, key, value, headers or [])  # type: ignore[union-attr]
+                b.count = n + 1
+                if timestamp_ms != b.first_ts:
+                    b.mixed_ts = True
+                    if timestamp_ms > b.max_ts:
+                        b.max_ts = timestamp_ms
                 b.size += size
                 self.buffered_bytes = buffered
                 return (b, n, False, b.size >= b.max_size)
@@ -174,7 +228,7 @@ class RecordAccumulator:
         q = self._queues.get(tp)
         if q is None:
             q = self._queues[tp] = deque()
-        batch = ProducerBatch(tp, self.batch_size, now_ms, self.new_waiter())
+        batch = ProducerBatch(tp, self.batch_size, now_ms, self.new_waiter(), self.new_builder(), self.decode)
         batch.try_append(key, value, timestamp_ms, headers, size)
         self.buffered_bytes += batch.size
         q.append(batch)

@@ -111,6 +111,18 @@ class Admin:
         if wait:
             await self.wait_for_leaders(name)
 
+    async def delete_topics(self, names: Iterable[str], *, timeout_ms: int = 30_000) -> dict[str, KafkaError | None]:
+        """DeleteTopics (API 20): each topic's error (None = deleted)."""
+        resp = await self._any(ApiKey.DELETE_TOPICS, {"topics": list(names), "timeout_ms": timeout_ms})
+        return {t["topic"]: (KafkaError(t["error"], t.get("message") or "", remote=True) if t.get("error") else None)
+                for t in resp.get("topics", ())}
+
+    async def delete_topic(self, name: str) -> None:
+        """Delete one topic, raising its error."""
+        err = (await self.delete_topics([name])).get(name)
+        if err is not None:
+            raise err
+
     async def wait_for_leaders(self, topic: str, timeout_ms: int | None = None) -> None:
         """Until the topic's metadata shows a leader for every partition."""
         def ready() -> bool:

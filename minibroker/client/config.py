@@ -4,13 +4,21 @@ Producers, consumers and admin clients take a mapping of Kafka property
 names (`{"acks": "all", "linger.ms": 5}`) and/or keyword arguments with
 underscores for dots (`linger_ms=5`). Values are read through
 `minibroker.config.Config`'s typed getters, so a bad value names its property.
+
+Security settings (`security.protocol`, `ssl.*`) may also come from a
+properties file named by `MINIBROKER_COMMAND_CONFIG` (what the CLI's
+`--command-config FILE` sets, as Kafka's tools take one); properties given
+to the client explicitly win over the file.
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 from collections.abc import Mapping
 
-from minibroker.config import Config, ConfigError, parse_hostport
+from minibroker.config import Config, ConfigError, parse_hostport, parse_properties
+
+COMMAND_CONFIG_ENV = "MINIBROKER_COMMAND_CONFIG"
 
 COMMON_DEFAULTS: dict[str, str] = {
     "bootstrap.servers": "127.0.0.1:9092",
@@ -23,7 +31,19 @@ COMMON_DEFAULTS: dict[str, str] = {
     "reconnect.backoff.max.ms": "1000",
     "socket.connection.setup.timeout.ms": "10000",
     "default.api.timeout.ms": "60000",
+    # TLS (minibroker.net.tls): PLAINTEXT or SSL (SASL_* accepted as their transport)
+    "security.protocol": "PLAINTEXT",
+    "ssl.truststore.location": "",
+    "ssl.ca.location": "",
+    "ssl.certificate.location": "",
+    "ssl.key.location": "",
+    "ssl.keystore.location": "",
+    "ssl.key.password": "",
+    "ssl.endpoint.identification.algorithm": "https",
 }
+# Keys a --command-config file may set; others in it are ignored, as Kafka's tools ignore
+# settings that do not apply to the client they build.
+SECURITY_KEYS = tuple(k for k in COMMON_DEFAULTS if k.startswith(("security.", "ssl.")))
 
 PRODUCER_DEFAULTS: dict[str, str] = {
     **COMMON_DEFAULTS,
@@ -37,6 +57,7 @@ PRODUCER_DEFAULTS: dict[str, str] = {
     "delivery.timeout.ms": "120000",
     "max.in.flight.requests.per.connection": "5",
     "partitioner.ignore.keys": "false",
+    "compression.type": "none",             # none, gzip, snappy, lz4, zstd (Kafka's names)
 }
 
 CONSUMER_DEFAULTS: dict[str, str] = {
@@ -59,6 +80,7 @@ def client_config(defaults: Mapping[str, str], config: Mapping[str, Any] | None,
     `bootstrap_servers` (a client constructor's first argument, `host:port,...`
     or a list) stands for `bootstrap.servers` in the mapping."""
     props = dict(defaults)
+    props.update(command_config())
     named = dict(config or {})
     if bootstrap_servers is not None:
         named["bootstrap.servers"] = bootstrap_servers if isinstance(bootstrap_servers, str) \
@@ -69,6 +91,19 @@ def client_config(defaults: Mapping[str, str], config: Mapping[str, Any] | None,
                 raise ConfigError(f"{k}: unknown client property")
             props[k] = _to_str(v)
     return Config(props)
+
+
+def command_config(path: str | None = None) -> dict[str, str]:
+    """The security properties of `path` (default: the file in $MINIBROKER_COMMAND_CONFIG, if any)."""
+    path = path or os.environ.get(COMMAND_CONFIG_ENV, "")
+    if not path:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            props = parse_properties(f.read(), path)
+    except OSError as exc:
+        raise ConfigError(f"--command-config: cannot read {path}: {exc.strerror}") from None
+    return {k: v for k, v in props.items() if k in SECURITY_KEYS}
 
 
 def _to_str(v: Any) -> str:

@@ -283,11 +283,15 @@ class Consumer:
 
     def _maybe_fetch(self, now: int) -> None:
         plan: dict[int, list[TopicPartition]] = {}
+        without_rack: set[int] = set()
         for tp in self.state.fetchable(now):
             if self._buffers.get(tp):
                 continue                               # hand out what we have first
-            node = self.state.fetch_node(tp, now, self.net.cache.leader_id(tp),
-                                         lambda n: self.net.cache.node(n) is not None)
+            node, with_rack, reaction = self.state.route(tp, now, self.net.cache.leader_id(tp),
+                                                         lambda n: self.net.cache.node(n) is not None)
+            self._note(reaction)
+            if node is not None and not with_rack:
+                without_rack.add(node)
             if node is None:
                 self.net.want_topics([tp.topic])
                 self.net.request_update()
@@ -298,10 +302,12 @@ class Consumer:
         for node, tps in plan.items():
             for tp in tps:
                 self.state.on_sent(tp)
-            task = asyncio.ensure_future(self._fetch(node, tps))
+            task = asyncio.ensure_future(self._fetch(node, tps, rack="" if node in without_rack else self.rack))
             self._fetches[node] = task
 
-    async def _fetch(self, node: int, tps: list[TopicPartition]) -> None:
+    async def _fetch(self, node: int, tps: list[TopicPartition], rack: str) -> None:
+        """One Fetch to `node`; `rack` is empty while a partition's preferred read replica is
+        unknown to our metadata, so the leader serves it instead of redirecting again."""
         topics: dict[str, list[dict[str, Any]]] = {}
         for tp in tps:
             topics.setdefault(tp.topic, []).append({
@@ -309,7 +315,7 @@ class Consumer:
                 "current_leader_epoch": self.net.cache.leader_epoch(tp),
                 "partition_max_bytes": self.partition_max_bytes})
         body = {"replica_id": -1, "max_wait_ms": self.max_wait_ms, "min_bytes": self.min_bytes,
-                "max_bytes": self.max_bytes, "rack_id": self.rack,
+                "max_bytes": self.max_bytes, "rack_id": rack,
                 "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}
         try:
             try:

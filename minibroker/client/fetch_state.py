@@ -9,6 +9,11 @@ back-off marks. Pure: takes `now_ms`, returns `Reaction`s; the driver
 Rules (kafka-semantics.md FF3-FF5, Kafka's FetchCollector):
 - the leader may answer with `preferred_read_replica = id`: fetch from that
   broker until `metadata.max.age.ms` passes or an error clears it;
+- a preferred replica the cached metadata does not know (it was fenced when
+  the metadata was fetched) triggers one metadata refresh, and until the
+  metadata knows it the partition is fetched from the leader *without* the
+  client's rack, so the leader serves records instead of naming the replica
+  again (no redirect loop, issue 9; Kafka clears the replica and refreshes);
 - OFFSET_OUT_OF_RANGE with a preferred replica set clears the replica and
   goes back to the leader *without* touching the position; without one it
   is the leader's answer and the position is reset (`auto.offset.reset`);
@@ -42,7 +47,7 @@ class PartitionState:
     `preferred_replica` is None or a broker id with `preferred_until_ms` set."""
 
     __slots__ = ("position", "reset", "preferred_replica", "preferred_until_ms", "high_watermark",
-                 "log_start_offset", "last_fetched_from", "retry_at_ms", "in_flight")
+                 "log_start_offset", "last_fetched_from", "retry_at_ms", "in_flight", "preferred_unknown")
 
     def __init__(self) -> None:
         self.position: int | None = None
@@ -54,6 +59,8 @@ class PartitionState:
         self.last_fetched_from: int | None = None
         self.retry_at_ms = 0
         self.in_flight = False
+        # Invariant: True only while `preferred_replica` is set and the metadata did not know it.
+        self.preferred_unknown = False
 
 
 @dataclass(frozen=True)
@@ -125,12 +132,31 @@ class FetchState:
     def fetch_node(self, tp: TopicPartition, now_ms: int, leader_id: int | None,
                    is_known: Callable[[int], bool]) -> int | None:
         """The preferred read replica while valid and known, else the leader (Kafka selectReadReplica)."""
+        return self.route(tp, now_ms, leader_id, is_known)[0]
+
+    def route(self, tp: TopicPartition, now_ms: int, leader_id: int | None,
+              is_known: Callable[[int], bool]) -> tuple[int | None, bool, Reaction]:
+        """Where to fetch `tp` now: (node, whether to send the client's rack, reaction).
+
+        A preferred replica unknown to the metadata sends the fetch to the leader without
+        the rack (so it serves records) and asks for one metadata refresh."""
         st = self._state(tp)
-        if st.preferred_replica is not None:
-            if now_ms < st.preferred_until_ms and is_known(st.preferred_replica):
-                return st.preferred_replica
-            st.preferred_replica = None
-        return leader_id
+        pref = st.preferred_replica
+        if pref is None:
+            return leader_id, True, Reaction()
+        if now_ms >= st.preferred_until_ms:
+            st.preferred_replica, st.preferred_unknown = None, False
+            return leader_id, True, Reaction()
+        if is_known(pref):
+            st.preferred_unknown = False
+            return pref, True, Reaction()
+        if st.preferred_unknown:
+            return leader_id, False, Reaction()
+        st.preferred_unknown = True
+        return leader_id, False, Reaction(
+            refresh_metadata=True,
+            note=f"{tp}: preferred read replica {pref} is not in our metadata: refreshing it, reading "
+                 f"from leader {leader_id} meanwhile")
 
     def on_sent(self, tp: TopicPartition) -> None:
         self._state(tp).in_flight = True
@@ -152,6 +178,8 @@ class FetchState:
         if next_offset is not None and st.position is not None and next_offset > st.position:
             st.position = next_offset
         if preferred_read_replica >= 0 and preferred_read_replica != node_id:
+            if st.preferred_replica != preferred_read_replica:
+                st.preferred_unknown = False
             st.preferred_replica = preferred_read_replica
             st.preferred_until_ms = now_ms + self.metadata_max_age_ms
             return Reaction(note=f"{tp}: leader {node_id} names preferred read replica {preferred_read_replica}")
@@ -167,7 +195,7 @@ class FetchState:
         name = error_name(code)
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             if st.preferred_replica is not None:
-                cleared, st.preferred_replica = st.preferred_replica, None
+                cleared, st.preferred_replica, st.preferred_unknown = st.preferred_replica, None, False
                 return Reaction(note=f"{tp}: OFFSET_OUT_OF_RANGE from preferred replica {cleared} at "
                                      f"offset {st.position}: back to the leader, position kept")
             if self.auto_offset_reset == NONE:
@@ -178,7 +206,7 @@ class FetchState:
             return Reaction(note=f"{tp}: OFFSET_OUT_OF_RANGE at {old} from the leader: "
                                  f"resetting to {self.auto_offset_reset}")
         if code in _REFRESH_AND_CLEAR:
-            st.preferred_replica = None
+            st.preferred_replica, st.preferred_unknown = None, False
             st.retry_at_ms = now_ms + self.retry_backoff_ms
             return Reaction(refresh_metadata=True, note=f"{tp}: {name} from broker {node_id}: refreshing metadata")
         if code == ErrorCode.UNKNOWN_LEADER_EPOCH:
@@ -202,7 +230,7 @@ class FetchState:
             st.in_flight = False
             st.retry_at_ms = now_ms + self.retry_backoff_ms
             if st.preferred_replica == node_id:
-                st.preferred_replica = None
+                st.preferred_replica, st.preferred_unknown = None, False
         return Reaction(refresh_metadata=True, note=f"fetch from broker {node_id} failed: refreshing metadata")
 
     def _state(self, tp: TopicPartition) -> PartitionState:

@@ -16,16 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from typing import Any
 from collections.abc import Callable
 
+from minibroker import clock
 from minibroker.client.config import parse_bootstrap
 from minibroker.client.metadata import MetadataCache
 from minibroker.client.retry import Backoff
 from minibroker.config import Config
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.net.connection import Connection, check
+from minibroker.net.tls import client_context, plaintext_to_tls, speaks_tls
 from minibroker.protocol.api import ApiKey
 
 Address = tuple[str, int]
@@ -43,7 +44,7 @@ def _rotated(xs: list[Address], k: int) -> list[Address]:
 
 
 def now_ms() -> int:
-    return int(time.monotonic() * 1000)
+    return clock.monotonic_ms()
 
 
 class ClientNetwork:
@@ -58,6 +59,7 @@ class ClientNetwork:
         self.client_id = cfg.get("client.id")
         self.request_timeout_ms = cfg.get_int("request.timeout.ms")
         self.connect_timeout_s = cfg.get_int("socket.connection.setup.timeout.ms") / 1000
+        self.ssl_context = client_context(cfg)
         self.cache = MetadataCache(metadata_max_age_ms=cfg.get_int("metadata.max.age.ms"),
                                    refresh_backoff_ms=cfg.get_int("retry.backoff.ms"), all_topics=all_topics)
         self._reconnect = Backoff(cfg.get_int("reconnect.backoff.ms"), cfg.get_int("reconnect.backoff.max.ms"))
@@ -97,7 +99,7 @@ class ClientNetwork:
         self._connecting[key] = fut
         try:
             conn = await Connection.open(address[0], address[1], client_id=self.client_id,
-                                         timeout_s=self.connect_timeout_s)
+                                         timeout_s=self.connect_timeout_s, ssl_context=self.ssl_context)
         except KafkaError as exc:
             fails += 1
             self._failures[address] = (fails, now_ms() + self._reconnect.delay_ms(fails - 1, random.random()))
@@ -122,8 +124,11 @@ class ClientNetwork:
         conn = await self.connection(address, channel)
         try:
             return await conn.request(api, body, timeout_ms=timeout_ms or self.request_timeout_ms)
-        except KafkaError:
+        except KafkaError as exc:
             self._drop(conn, channel)
+            if self.ssl_context is None and exc.code == ErrorCode.NETWORK_EXCEPTION and not conn.received_any \
+                    and await speaks_tls(address[0], address[1], self.connect_timeout_s):
+                raise plaintext_to_tls(address[0], address[1]) from None
             raise
 
     async def request(self, node_id: int, api: ApiKey, body: dict[str, Any], *,

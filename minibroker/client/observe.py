@@ -108,24 +108,6 @@ def _with_stuck(r: ReplicaView, own: dict[str, Any] | None) -> ReplicaView:
     return r if not reason else dataclasses.replace(r, stuck=str(reason))
 
 
-async def snapshot(admin: Admin, extra_brokers: dict[int, tuple[str, int]] | None = None
-                   ) -> tuple[list[PartitionView], dict[int, str]]:
-    """One frame: Metadata plus every broker's ReplicaStatus; returns (views, unreachable brokers)."""
-    topics = await admin.describe_topics()
-    brokers = dict(extra_brokers or {})
-    brokers.update(await admin.brokers())
-    statuses: dict[int, dict[str, Any]] = {}
-    errors: dict[int, str] = {}
-
-    async def one(node: int, addr: tuple[str, int]) -> None:
-        try:
-            statuses[node] = await asyncio.wait_for(admin.replica_status(addr), 3)
-        except (TimeoutError, KafkaError) as exc:
-            errors[node] = str(exc) or "timed out"
-    await asyncio.gather(*(one(n, a) for n, a in brokers.items()))
-    return join(topics, statuses), errors
-
-
 @dataclass
 class EventLine:
     source: str

@@ -25,40 +25,34 @@ from __future__ import annotations
 
 import asyncio
 import logging
-
-import msgpack
-import time
 from typing import Any
 from collections.abc import Callable, Iterable, Mapping
 
+from minibroker import clock
 from minibroker.client.accumulator import RECORD_OVERHEAD, BufferFull, ProducerBatch, RecordAccumulator, record_size
 from minibroker.client.config import PRODUCER_DEFAULTS, client_config, parse_acks
+from minibroker.config import ConfigError
 from minibroker.client.network import ClientNetwork
 from minibroker.client.partitioner import StickyPartitioner, partition_for_key
 from minibroker.client.retry import Backoff, decide_retry
 from minibroker.client.types import RecordMetadata, TopicPartition
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.protocol.api import ApiKey
-from minibroker.records import encode_batch
-
-_packb = msgpack.Packer(use_bin_type=True).pack
+from minibroker.codec import codec_id
+from minibroker.records import decode_rows, header_list, new_builder
 
 
 def encode(batch: ProducerBatch) -> bytes:
-    """The batch's records as one record batch (minibroker.records layout)."""
-    return encode_batch(_packb(batch.rows), record_count=len(batch.rows),
-                        first_timestamp=batch.first_ts, max_timestamp=batch.max_ts)
+    """The batch's records as one Kafka v2 record batch (built once, kept for retries)."""
+    return batch.encoded()
 
 log = logging.getLogger("minibroker.producer")
-
-
-_time = time.time
 
 
 def now_ms() -> int:
     """The producer's clock for linger, back-off and delivery timeouts: wall-clock ms,
     as Kafka's time.milliseconds() (record timestamps come from the same call)."""
-    return int(time.time() * 1000)
+    return clock.now_ms()
 
 
 class RecordFuture:
@@ -118,11 +112,15 @@ class Producer:
         self.ignore_keys = self.cfg.get_bool("partitioner.ignore.keys")
         self.net = ClientNetwork(self.cfg)
         self._loop: asyncio.AbstractEventLoop | None = None
+        try:
+            compression = codec_id(self.cfg.get("compression.type"))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         self.acc = RecordAccumulator(
             batch_size=self.cfg.get_int("batch.size"), linger_ms=self.cfg.get_int("linger.ms"),
             buffer_memory=self.cfg.get_int("buffer.memory"), delivery_timeout_ms=self.delivery_timeout_ms,
             backoff=Backoff(self.cfg.get_int("retry.backoff.ms"), self.cfg.get_int("retry.backoff.max.ms")),
-            new_waiter=self._new_waiter)
+            new_waiter=self._new_waiter, new_builder=lambda: new_builder(compression), decode=decode_rows)
         self.partitioner = StickyPartitioner()
         self.net.listeners.append(self._on_metadata)
         self._tps: dict[str, list[TopicPartition]] = {}        # Invariant: _tps[t][p] == TopicPartition(t, p)
@@ -241,7 +239,7 @@ class Producer:
         if n is None:
             n = await self.partitions_for(topic)
         if headers:
-            hdrs: tuple | None = tuple(headers)
+            hdrs: list | None = header_list(headers)
             size = record_size(key, value, hdrs)
         else:
             hdrs = None
@@ -260,7 +258,7 @@ class Producer:
         if size > self.max_request_size:
             raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
                              f"record of {size} bytes is larger than max.request.size={self.max_request_size}")
-        now = int(_time() * 1000)
+        now = now_ms()
         tp = self._tps[topic][partition]
         while True:
             try:
@@ -269,7 +267,7 @@ class Producer:
                 break
             except BufferFull:
                 await self._wait_for_space()
-                now = int(_time() * 1000)
+                now = now_ms()
         if new_batch or full:
             self._wake.set()
         return RecordFuture(batch, index)

@@ -22,7 +22,9 @@ class EventLog:
         self.capacity = capacity
         self._buf: deque[dict[str, Any]] = deque(maxlen=capacity)
         self.next_seq = 0
-        self._waiters: list[asyncio.Future] = []
+        # An insertion-ordered set: a cancelled reader leaves in O(1), so closing a
+        # connection with thousands of parked polls is linear, not quadratic.
+        self._waiters: dict[asyncio.Future, None] = {}
         self._subscribers: list[Callable[[Event], None]] = []
 
     def subscribe(self, fn: Callable[[Event], None]) -> None:
@@ -38,7 +40,7 @@ class EventLog:
         self.next_seq = seq + 1
         for fn in self._subscribers:
             fn(event)
-        waiters, self._waiters = self._waiters, []
+        waiters, self._waiters = self._waiters, {}
         for w in waiters:
             if not w.done():
                 w.set_result(None)
@@ -59,12 +61,16 @@ class EventLog:
         if events or max_wait_ms <= 0:
             return nxt, events
         fut = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
+        self._waiters[fut] = None
+        timer = asyncio.get_running_loop().call_later(max_wait_ms / 1000, _expire, fut)
         try:
-            await asyncio.wait_for(fut, max_wait_ms / 1000)
-        except TimeoutError:
-            pass
+            await fut
         finally:
-            if fut in self._waiters:
-                self._waiters.remove(fut)
+            timer.cancel()
+            self._waiters.pop(fut, None)
         return self.read_now(from_seq, max_events)
+
+
+def _expire(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)

@@ -38,4 +38,6 @@ async def serve_until_signalled(config: Config) -> None:
 def run(config: Config) -> None:
     """Blocking entry point for the CLI: uvloop, serve until SIGTERM/SIGINT, exit cleanly."""
     configure_logging()
+    from minibroker.broker.main import tune_gc
+    tune_gc()
     uvloop.run(serve_until_signalled(config))

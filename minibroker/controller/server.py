@@ -17,11 +17,12 @@ import base64
 import json
 import logging
 import os
-import time
+
 import uuid
 from typing import Any, TypeVar
 from collections.abc import Callable
 
+from minibroker.clock import AnchoredClock
 from minibroker.config import Config, parse_listeners
 from minibroker.controller.eventlog import EventLog
 from minibroker.controller.metadata_log import MetadataLog
@@ -31,7 +32,9 @@ from minibroker.metadata import to_wire
 from minibroker.metrics.counts import EventCounts
 from minibroker.metrics.families import Family, controller_families
 from minibroker.metrics.server import MetricsServer
+from minibroker.net.credentials import cluster_secret
 from minibroker.net.server import Dispatcher, HandlerSpec, RequestContext, serve
+from minibroker.net.tls import listener_protocol, server_context
 from minibroker.protocol.api import ApiKey
 
 _O = TypeVar("_O", Outcome, Outcome | None)
@@ -40,7 +43,7 @@ log = logging.getLogger("minibroker.controller")
 event_log = logging.getLogger("minibroker.controller.events")
 
 MAX_RECORDS_PER_FETCH = 10_000
-DEFAULT_LISTENER = "CONTROLLER://0.0.0.0:9093"
+DEFAULT_LISTENER = "CONTROLLER://127.0.0.1:9093"   # loopback unless `listeners` says otherwise
 SOFTWARE = "minibroker-controller"
 
 
@@ -85,17 +88,6 @@ def _next_leader_epoch(directory: str) -> int:
     return epoch
 
 
-class _Clock:
-    """Monotonic milliseconds anchored to wall-clock time at start (cores get `now_ms` from here)."""
-
-    def __init__(self) -> None:
-        self._wall0 = int(time.time() * 1000)
-        self._mono0 = time.monotonic()
-
-    def now_ms(self) -> int:
-        return self._wall0 + int((time.monotonic() - self._mono0) * 1000)
-
-
 class ControllerServer:
     """Invariant: after `start()`, `core` holds exactly the records in `mlog`
     (durable or pending), and `addresses` has the bound listener addresses."""
@@ -110,7 +102,7 @@ class ControllerServer:
         self.event_counts = EventCounts()
         self.events.subscribe(self.event_counts.observe)
         self.metrics: MetricsServer | None = None
-        self.clock = _Clock()
+        self.clock = AnchoredClock()
         self.cluster_id = ""
         self.leader_epoch = 0      # Invariant: this start's quorum epoch (quorum-state), once started
         self.state = "STARTING"
@@ -121,6 +113,8 @@ class ControllerServer:
         self.fatal: BaseException | None = None
         spec = config.get("listeners", "") or DEFAULT_LISTENER
         self.listeners = parse_listeners(spec)
+        self.tls = {name: server_context(config, name) for name in self.listeners
+                    if listener_protocol(config, name) == "SSL"}
         tick = self.settings.heartbeat_interval_ms / 4
         self.tick_ms = max(20, min(500, int(tick), self.settings.session_timeout_ms // 4 or 20))
         self.dispatcher = Dispatcher(
@@ -130,6 +124,7 @@ class ControllerServer:
                 ApiKey.ALTER_PARTITION: HandlerSpec(self._alter_partition, privileged=True),
                 ApiKey.METADATA_FETCH: HandlerSpec(self._metadata_fetch, privileged=True),
                 ApiKey.CREATE_TOPICS: HandlerSpec(self._create_topics, privileged=True),
+                ApiKey.DELETE_TOPICS: HandlerSpec(self._delete_topics, privileged=True),
                 ApiKey.ELECT_LEADERS: HandlerSpec(self._elect_leaders, privileged=True),
                 ApiKey.INCREMENTAL_ALTER_CONFIGS: HandlerSpec(self._incremental_alter_configs, privileged=True),
                 ApiKey.CREATE_PARTITIONS: HandlerSpec(self._create_partitions, privileged=True),
@@ -137,11 +132,13 @@ class ControllerServer:
                 ApiKey.DESCRIBE_QUORUM: HandlerSpec(self._describe_quorum, privileged=True),
                 ApiKey.EVENTS: HandlerSpec(self._events),
             },
-            secret=config.get("minibroker.cluster.secret"),
+            secret=cluster_secret(config),
+            failed_auth_delay_ms=config.get_int("connection.failed.authentication.delay.ms"),
             role="controller",
             max_frame_bytes=config.get_int("socket.request.max.bytes"),
             describe=lambda: {"node_id": self.settings.node_id, "state": self.state, "software": SOFTWARE},
         )
+        self.dispatcher.configure(config)
 
     # -------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -165,7 +162,7 @@ class ControllerServer:
         self.mlog.start()
         try:
             for name, (host, port) in self.listeners.items():
-                srv = await serve(self.dispatcher, host, port, name)
+                srv = await serve(self.dispatcher, host, port, name, ssl_context=self.tls.get(name))
                 self._servers.append(srv)
                 sock = srv.sockets[0].getsockname()
                 self.addresses[name] = (host, sock[1])
@@ -252,8 +249,24 @@ class ControllerServer:
             await self._commit(out)
         return out
 
+    async def _decide_all(self, fn: Callable[..., list[Outcome]], *args: Any) -> list[Outcome]:
+        """`_decide` for a decision that returns several outcomes (the core's `tick`): each
+        is committed, in order; should the core raise, what it applied is still persisted."""
+        try:
+            outs = fn(*args)
+        except Exception:
+            partial = self.core.take_partial()
+            log.exception("controller decision %s failed; persisting %d already-applied record(s)",
+                          getattr(fn, "__name__", fn), len(partial.records))
+            await self._commit(partial)
+            raise
+        for out in outs:
+            await self._commit(out)
+        return outs
+
     async def _timer_loop(self) -> None:
-        """Liveness check (one stale broker fenced per decision, until none) and periodic tasks."""
+        """Every tick: a late timer first restarts broker sessions (`on_liveness_gap`), then
+        the core's `tick` (fence stale brokers one per outcome, then the due periodic tasks)."""
         loop = asyncio.get_running_loop()
         while True:
             slept_from = loop.time()
@@ -266,10 +279,7 @@ class ControllerServer:
                 now = self.clock.now_ms()
                 if late_ms > self.core.settings.session_timeout_ms // 2:
                     await self._decide(self.core.on_liveness_gap, now, late_ms)
-                while await self._decide(self.core.maybe_fence_one_stale_broker, now) is not None:
-                    pass
-                for task in self.core.due_periodic_tasks(now):
-                    await self._decide(task, now)
+                await self._decide_all(self.core.tick, now)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -295,6 +305,10 @@ class ControllerServer:
 
     async def _create_topics(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
         out = await self._decide(self.core.create_topics, self.clock.now_ms(), body["topics"], body["validate_only"])
+        return out.response
+
+    async def _delete_topics(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
+        out = await self._decide(self.core.delete_topics, self.clock.now_ms(), body["topics"])
         return out.response
 
     async def _incremental_alter_configs(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from minibroker.config import Config
+from minibroker.limits import max_message_bytes_limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +20,13 @@ class ControllerSettings:
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_ms: int = 300_000
     unclean_leader_election_interval_ms: int = 300_000
+    # Issue 10 limits. Kafka's controller refuses more than 10,000 partitions per
+    # request (POLICY_VIOLATION); the per-broker cap keeps replicas x files per
+    # replica within a broker's file-descriptor budget; the largest batch a
+    # topic may accept leaves room for the fetch response around it in a frame.
+    max_partitions_per_request: int = 10_000
+    max_partitions_per_broker: int = 6_000
+    max_message_bytes_limit: int = 104_857_600 - (1 << 20)
 
     @classmethod
     def from_config(cls, c: Config) -> ControllerSettings:
@@ -34,4 +42,8 @@ class ControllerSettings:
             auto_leader_rebalance_enable=c.get_bool("auto.leader.rebalance.enable"),
             leader_imbalance_check_interval_ms=c.get_int("leader.imbalance.check.interval.seconds") * 1000,
             unclean_leader_election_interval_ms=c.get_int("unclean.leader.election.interval.ms"),
+            max_partitions_per_request=c.get_int("minibroker.max.partitions.per.request"),
+            max_partitions_per_broker=c.get_int("minibroker.max.partitions.per.broker"),
+            max_message_bytes_limit=max_message_bytes_limit(c.get_int("socket.request.max.bytes")),
         )
+

@@ -79,6 +79,8 @@ class ControllerState:
         # Offset of the record that last set each entity (for snapshots).
         self._entity_offsets: dict[Any, int] = {}
         self._out: list[tuple[int, MetadataRecord]] = []
+        # Invariant: non-empty only between a `tick` that raised and the driver's `take_partial`.
+        self._unpersisted: list[Outcome] = []
         self._events: list[Event] = []
         self._now = 0
         self.next_rebalance_ms: int | None = None
@@ -109,6 +111,9 @@ class ControllerState:
             self.topics.apply(rec)
             self._entity_offsets[("p", rec.topic, rec.partition)] = offset
         elif isinstance(rec, RemoveTopicRecord):
+            for p in self.topics.partitions.get(rec.topic, {}):
+                self._entity_offsets.pop(("p", rec.topic, p), None)
+            self._entity_offsets.pop(("t", rec.topic), None)
             self.topics.apply(rec)
         elif isinstance(rec, BrokerConfigRecord):
             if rec.configs:
@@ -143,7 +148,11 @@ class ControllerState:
     def take_partial(self) -> Outcome:
         """Triggered when an event handler raised (a bug): the records it had already applied,
         so the driver can still persist them and the image never runs ahead of the log."""
-        return self._finish({"error": int(ErrorCode.UNKNOWN_SERVER_ERROR)})
+        done, self._unpersisted = self._unpersisted, []
+        last = self._finish({"error": int(ErrorCode.UNKNOWN_SERVER_ERROR)})
+        records = [r for o in done for r in o.records] + last.records
+        events = [e for o in done for e in o.events] + last.events
+        return Outcome(records, events, last.response)
 
     def image(self) -> list[tuple[int, MetadataRecord]]:
         """The whole current image as records (a snapshot): brokers, then each topic and its partitions."""
@@ -389,17 +398,75 @@ class ControllerState:
         for t in topics:
             seen[t["topic"]] = seen.get(t["topic"], 0) + 1
         results = []
+        limit = self.settings.max_partitions_per_request
+        requested = sum(_requested_partitions(t, self.settings.num_partitions) for t in topics)
+        if requested > limit:
+            msg = (f"Excessively large number of partitions per request: {requested} requested, the limit is "
+                   f"{limit} (minibroker.max.partitions.per.request).")
+            return self._finish({"topics": [self._topic_result(t["topic"], ErrorCode.POLICY_VIOLATION, msg)
+                                            for t in topics]})
+        load = self._replicas_per_broker()
         for t in topics:
             name = t["topic"]
             if seen[name] > 1:
                 results.append(self._topic_result(name, ErrorCode.INVALID_REQUEST, "Duplicate topic name."))
                 continue
             code, msg, plan = self._plan_topic(t)
+            if code is ErrorCode.NONE:
+                assert plan is not None
+                code, msg = self._maybe_refuse_broker_load(load, plan)
             if code is not ErrorCode.NONE or validate_only:
                 results.append(self._topic_result(name, code, msg))
                 continue
             assert plan is not None
             results.append(self._create_topic(name, t.get("configs") or {}, plan))
+        return self._finish({"topics": results})
+
+    def _replicas_per_broker(self) -> dict[int, int]:
+        load: dict[int, int] = {}
+        for rec in self.topics.all_partitions():
+            for b in rec.replicas:
+                load[b] = load.get(b, 0) + 1
+        return load
+
+    def _maybe_refuse_broker_load(self, load: dict[int, int], plan: list[list[int]]) -> tuple[ErrorCode, str]:
+        """POLICY_VIOLATION when the plan would put more replicas on a broker than
+        minibroker.max.partitions.per.broker; otherwise the plan is counted in `load`."""
+        limit = self.settings.max_partitions_per_broker
+        added: dict[int, int] = {}
+        for replicas in plan:
+            for b in replicas:
+                added[b] = added.get(b, 0) + 1
+        for b in sorted(added):
+            if load.get(b, 0) + added[b] > limit:
+                return (ErrorCode.POLICY_VIOLATION, f"Broker {b} would host {load.get(b, 0) + added[b]} partition "
+                        f"replicas, above the limit of {limit} (minibroker.max.partitions.per.broker).")
+        for b, n in added.items():
+            load[b] = load.get(b, 0) + n
+        return ErrorCode.NONE, ""
+
+    def delete_topics(self, now_ms: int, names: Sequence[str]) -> Outcome:
+        """Triggered by DeleteTopics (forwarded by a broker): one RemoveTopicRecord per
+        existing topic; brokers then stop their replicas and delete the files."""
+        self._begin(now_ms)
+        counts: dict[str, int] = {}
+        for name in names:
+            counts[name] = counts.get(name, 0) + 1
+        results = []
+        for name in names:
+            if counts[name] > 1:
+                results.append(self._topic_result(name, ErrorCode.INVALID_REQUEST, "Duplicate topic name."))
+                continue
+            topic = self.topics.topics.get(name)
+            if topic is None:
+                results.append(self._topic_result(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                                  "This server does not host this topic-partition."))
+                continue
+            partitions = len(self.topics.partitions.get(name, {}))
+            self._append(RemoveTopicRecord(name))
+            self._emit("topic_deleted", name, {"partitions": partitions}, None,
+                       f"topic {name} deleted ({partitions} partition(s))", topic=name, topic_id=topic.topic_id)
+            results.append(self._topic_result(name, ErrorCode.NONE, ""))
         return self._finish({"topics": results})
 
     @staticmethod
@@ -416,7 +483,7 @@ class ControllerState:
         other = self.topics.colliding_topic(name)
         if other is not None:
             return ErrorCode.INVALID_TOPIC_EXCEPTION, f"Topic '{name}' collides with existing topic: {other}", None
-        err = topic_config_error(t.get("configs") or {})
+        err = topic_config_error(t.get("configs") or {}, self.settings.max_message_bytes_limit)
         if err is not None:
             return ErrorCode.INVALID_CONFIG, err, None
         return self._plan_replicas(t.get("num_partitions", -1), t.get("replication_factor", -1), t.get("assignments"))
@@ -582,9 +649,15 @@ class ControllerState:
         """One timer tick as the driver runs it: fence stale brokers (one per outcome), then the
         due periodic tasks. Outcomes without records or events are left out."""
         outs: list[Outcome] = []
-        while (o := self.maybe_fence_one_stale_broker(now_ms)) is not None:
-            outs.append(o)
-        outs += [task(now_ms) for task in self.due_periodic_tasks(now_ms)]
+        try:
+            while (o := self.maybe_fence_one_stale_broker(now_ms)) is not None:
+                outs.append(o)
+            for task in self.due_periodic_tasks(now_ms):
+                outs.append(task(now_ms))
+        except Exception:
+            # The outcomes finished before the failure are applied too: `take_partial` hands them over.
+            self._unpersisted = outs
+            raise
         return [o for o in outs if o.records or o.events]
 
     # --------------------------------------------------------- AlterPartition
@@ -830,3 +903,11 @@ def describe_quorum(state: ControllerState, node_id: int, leader_epoch: int, now
             "voters": [{"replica_id": node_id, "log_end_offset": hw, "last_fetch_timestamp": now_ms,
                         "last_caught_up_timestamp": now_ms}],
             "observers": observers}
+
+def _requested_partitions(t: dict[str, Any], default: int) -> int:
+    """How many partitions a CreateTopics entry asks for (before any validation)."""
+    assignments = t.get("assignments")
+    if assignments:
+        return len(assignments)
+    n = t.get("num_partitions", -1)
+    return default if n == -1 else max(n, 0)

@@ -51,8 +51,9 @@ def topic_name_error(name: str) -> str | None:
     return None
 
 
-def topic_config_error(configs: Mapping[str, str]) -> str | None:
-    """Why these topic configs are unacceptable (unknown name, wrong type, out of range), or None."""
+def topic_config_error(configs: Mapping[str, str], max_message_bytes_limit: int | None = None) -> str | None:
+    """Why these topic configs are unacceptable (unknown name, wrong type, out of range), or None.
+    max.message.bytes above `max_message_bytes_limit` is refused: no follower could fetch such a batch."""
     for key, raw in configs.items():
         if key not in TOPIC_CONFIGS:
             return f"Unknown topic config name: {key}"
@@ -72,6 +73,10 @@ def topic_config_error(configs: Mapping[str, str]) -> str | None:
                 return f"Invalid value {raw} for configuration {key}: Not a number of type {kind.upper()}"
             if minimum is not None and n < minimum:
                 return f"Invalid value {raw} for configuration {key}: Value must be at least {minimum}"
+            if key == "max.message.bytes" and max_message_bytes_limit is not None and n > max_message_bytes_limit:
+                return (f"Invalid value {raw} for configuration {key}: Value must be at most "
+                        f"{max_message_bytes_limit} (socket.request.max.bytes minus 1 MiB), or followers "
+                        "could not fetch a batch this large")
     return None
 
 

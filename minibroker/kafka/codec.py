@@ -23,10 +23,15 @@ import struct
 import uuid
 from typing import Any, NamedTuple
 
-from kafka.protocol import admin as _admin
-from kafka.protocol import consumer as _consumer
-from kafka.protocol import metadata as _metadata
-from kafka.protocol import producer as _producer
+import warnings
+
+with warnings.catch_warnings():
+    # kafka-python 3.0.12 loads its JSON with importlib.resources' legacy API (one warning per file).
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka.protocol import admin as _admin  # type: ignore[import-untyped]
+    from kafka.protocol import consumer as _consumer
+    from kafka.protocol import metadata as _metadata
+    from kafka.protocol import producer as _producer
 
 
 class Api(enum.IntEnum):

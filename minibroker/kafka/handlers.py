@@ -296,7 +296,31 @@ class KafkaApis:
             self._check_size(len(names))
         resp = await self._call(conn, req, ApiKey.METADATA, {"topics": names})
         assert resp is not None
+        auto = req.version < 4 or bool(r.allow_auto_topic_creation)
+        if names and auto and self.broker.config.get_bool("auto.create.topics.enable"):
+            missing = [t["topic"] for t in resp["topics"] if t["error"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+            if missing:
+                await self._auto_create(conn, req, missing)
+                resp = await self._call(conn, req, ApiKey.METADATA, {"topics": names})
+                assert resp is not None
         return self._kafka_metadata(resp)
+
+    async def _auto_create(self, conn: KafkaConnection, req: _Request, topics: list[str]) -> None:
+        """auto.create.topics.enable: unknown topics a Metadata request names are
+        created with num.partitions and default.replication.factor, through the
+        same CreateTopics path (Kafka answers LEADER_NOT_AVAILABLE and creates in
+        the background; here the answer waits for the creation, up to 5 s)."""
+        body = {"topics": [{"topic": t, "num_partitions": self.broker.config.get_int("num.partitions"),
+                            "replication_factor": self.broker.config.get_int("default.replication.factor")}
+                           for t in topics], "timeout_ms": 5000, "validate_only": False}
+        try:
+            resp = await self._call(conn, req, ApiKey.CREATE_TOPICS, body)
+        except KafkaError as exc:
+            log.info("auto-creating %s failed: %s", ", ".join(topics), exc)
+            return
+        for t in (resp or {}).get("topics", []):
+            if t.get("error", 0) and t["error"] != ErrorCode.TOPIC_ALREADY_EXISTS:
+                log.info("auto-creating topic %s failed: %s", t["topic"], t.get("message", t["error"]))
 
     def _kafka_metadata(self, resp: dict) -> dict:
         topics = []

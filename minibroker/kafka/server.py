@@ -7,7 +7,7 @@ request is in flight), so responses leave in request order; back-pressure
 (reading pauses while requests wait); decoding large requests off the event
 loop; closing the connection on anything Kafka would close it for (a frame
 above socket.request.max.bytes, an unknown API key or version, a body that
-does not decode).
+does not decode, no traffic for connections.max.idle.ms).
 
 Must not know: what any API means (minibroker.kafka.handlers answers them),
 replication, storage.
@@ -48,8 +48,9 @@ class KafkaConnection(asyncio.Protocol):
     authenticated = False          # a Kafka listener is a client listener: never privileged
 
     def __init__(self, handler: FrameHandler, listener: str, max_frame_bytes: int,
-                 connections: set[KafkaConnection]) -> None:
+                 connections: set[KafkaConnection], idle_ms: int = 600_000) -> None:
         self.handler = handler
+        self.idle_s = idle_ms / 1000
         self.listener = listener
         self.max_frame_bytes = max_frame_bytes
         self.connections = connections
@@ -63,8 +64,9 @@ class KafkaConnection(asyncio.Protocol):
         self._drained = asyncio.Event()
         self._drained.set()
         self._wake: asyncio.Event | None = None
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._closed = False
+        self._last_activity = 0.0
 
     # -- asyncio.Protocol --------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -74,11 +76,13 @@ class KafkaConnection(asyncio.Protocol):
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.connections.add(self)
         self._wake = asyncio.Event()
+        self._last_activity = asyncio.get_running_loop().time()
         self._task = asyncio.ensure_future(self._serve())
 
     def data_received(self, data: bytes) -> None:
         if self._closed:
             return
+        self._last_activity = asyncio.get_running_loop().time()
         buf = self._buf
         buf += data
         pos = 0
@@ -146,7 +150,13 @@ class KafkaConnection(asyncio.Protocol):
             while not self._closed:
                 if not self._frames:
                     self._wake.clear()
-                    await self._wake.wait()
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), self.idle_s)
+                    except TimeoutError:
+                        idle = asyncio.get_running_loop().time() - self._last_activity
+                        if idle >= self.idle_s:          # connections.max.idle.ms, as Kafka's selector
+                            self.abort(f"idle for {idle:.0f} s (connections.max.idle.ms)")
+                            return
                     continue
                 if self._write_blocked:              # the peer is not reading its answers
                     await self._drained.wait()
@@ -159,6 +169,7 @@ class KafkaConnection(asyncio.Protocol):
                 except ConnectionAbort as exc:
                     self.abort(str(exc))
                     return
+                self._last_activity = asyncio.get_running_loop().time()
                 if resp is not None and not self._closed and self.transport is not None:
                     self.transport.write(resp)
         except asyncio.CancelledError:
@@ -169,7 +180,8 @@ class KafkaConnection(asyncio.Protocol):
 
 
 async def serve_kafka(handler: FrameHandler, host: str, port: int, listener: str, max_frame_bytes: int,
-                      connections: set[KafkaConnection]) -> asyncio.base_events.Server:
+                      connections: set[KafkaConnection], idle_ms: int = 600_000) -> asyncio.base_events.Server:
     loop = asyncio.get_running_loop()
-    return await loop.create_server(lambda: KafkaConnection(handler, listener, max_frame_bytes, connections),
-                                    host, port, reuse_address=True, backlog=1024)
+    return await loop.create_server(
+        lambda: KafkaConnection(handler, listener, max_frame_bytes, connections, idle_ms),
+        host, port, reuse_address=True, backlog=1024)

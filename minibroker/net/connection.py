@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import ssl
 from typing import Any
 
 from minibroker.errors import ErrorCode, KafkaError
+from minibroker.net.sasl import authenticate
 from minibroker.net.tcp import set_nodelay
+from minibroker.net.tls import speaks_plaintext, tls_handshake_failed, tls_to_plaintext
 from minibroker.protocol.api import ApiKey
 from minibroker.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FramingError, encode_frame
 
@@ -46,25 +49,38 @@ class Connection:
         self._transport: asyncio.Transport | None = None
         self.closed = False
         self.close_reason = ""
+        self.received_any = False     # a peer that closes before sending a byte may speak TLS (net/tls.py)
 
     @classmethod
     async def open(cls, host: str, port: int, *, client_id: str = "minibroker-client",
                    secret: str | None = None, timeout_s: float = 5.0,
-                   max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Connection:
+                   max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                   ssl_context: ssl.SSLContext | None = None) -> Connection:
+        """Connect (over TLS with `ssl_context`) and, given the cluster `secret`, authenticate
+        with SCRAM-SHA-256 as `client_id` (minibroker.net.sasl)."""
         conn = cls(host, port, client_id, max_frame_bytes)
         loop = asyncio.get_running_loop()
         try:
             transport, _ = await asyncio.wait_for(
-                loop.create_connection(lambda: _ClientProtocol(conn), host, port), timeout_s)
+                loop.create_connection(lambda: _ClientProtocol(conn), host, port, ssl=ssl_context,
+                                       server_hostname=host if ssl_context is not None else None), timeout_s)
+        except ssl.SSLError as exc:
+            raise tls_handshake_failed(host, port, exc) from None
+        except (ConnectionResetError, BrokenPipeError) as exc:
+            if ssl_context is not None and await speaks_plaintext(host, port, timeout_s):
+                raise tls_to_plaintext(host, port) from None
+            raise KafkaError(ErrorCode.NETWORK_EXCEPTION, f"cannot connect to {host}:{port}: {exc!r}") from None
         except (TimeoutError, OSError) as exc:
             raise KafkaError(ErrorCode.NETWORK_EXCEPTION, f"cannot connect to {host}:{port}: {exc or 'timeout'}") from None
         conn._transport = transport  # type: ignore[assignment]
         if secret is not None:
-            resp = await conn.request(ApiKey.SASL_AUTHENTICATE, {"mechanism": "PLAIN", "secret": secret},
-                                      timeout_ms=int(timeout_s * 1000))
-            if resp.get("error", 0):
+            try:
+                await authenticate(conn, client_id, secret, int(timeout_s * 1000))
+            except BaseException:
+                # Every failed attempt (a timeout, a refusal, a cancellation) closes its socket.
                 conn.close()
-                raise KafkaError(resp["error"], resp.get("message", "authentication failed"), remote=True)
+                transport.abort()
+                raise
         return conn
 
     @property
@@ -107,6 +123,7 @@ class Connection:
                                          f"no response from {self.address} within {timeout_ms} ms"))
 
     def _on_data(self, data: bytes) -> None:
+        self.received_any = True
         try:
             messages = self._decoder.feed(data)
         except FramingError as exc:

@@ -9,26 +9,54 @@ Requests on one connection run concurrently (so a parked long-poll does not
 block a pipelined produce), but their responses are written in arrival
 order, as Kafka's clients expect. When the connection dies, its in-flight
 handlers are cancelled, so delayed produces and fetches die with it.
+
+Bounds (issue 10): at most `max_inflight` requests per connection are read
+and not yet answered (Kafka mutes a channel with one in flight); beyond that,
+and while the transport's write buffer is above its high-water mark (the
+client is not reading its responses), the connection stops reading. Frames
+stay undecoded bytes until the window admits them, and a large frame is
+decoded and validated on a worker thread in pieces, so no request holds the
+loop. A connection must send its first complete frame within
+`first_frame_ms`, is closed after `idle_ms` without a request in flight or
+traffic (connections.max.idle.ms), and a failed authentication closes it
+after `failed_auth_delay_ms` (connection.failed.authentication.delay.ms).
 """
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
+import ssl
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Awaitable, Callable
 
 from minibroker.errors import ErrorCode, KafkaError
+from minibroker.net.sasl import SaslServerSession, server_credential
+from minibroker.net.scram import ScramCredential
 from minibroker.net.tcp import set_nodelay
 from minibroker.protocol.api import HEADER, REQUESTS, ApiKey
-from minibroker.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FramingError, encode_frame
+from minibroker.protocol.framing import (CHUNK_BYTES, DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FramingError,
+                                         decode_body, decode_body_chunked, encode_frame, encode_frame_chunked,
+                                         response_entries)
 from minibroker.protocol.schema import SchemaError, validate
 
 log = logging.getLogger("minibroker.net")
 
 _NO_RESPONSE = object()
+
+DEFAULT_MAX_INFLIGHT = 8                 # minibroker.max.inflight.requests.per.connection
+DEFAULT_IDLE_MS = 600_000                # connections.max.idle.ms (Kafka's default)
+DEFAULT_FIRST_FRAME_MS = 10_000          # minibroker.connections.first.frame.timeout.ms
+WRITE_BUFFER_HIGH_WATER = 1 << 20        # pause reading while this much output is unread
+AUTHENTICATED_WINDOW_FACTOR = 8
+LARGE_RESPONSE_ENTRIES = 2_000           # responses with more entries are encoded on the decoder thread
+PUMP_BUDGET = 64                         # frames admitted per connection per loop iteration
+
+# One thread decodes and validates large frames, so a burst of them queues
+# there instead of taking the storage threads (asyncio.to_thread) or the loop.
+_DECODER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="minibroker-decode")
 
 
 @dataclass
@@ -65,74 +93,191 @@ class HandlerSpec:
 
 @dataclass
 class Dispatcher:
-    """What a process serves: handlers by API key, and the cluster secret."""
+    """What a process serves: handlers by API key, and the SCRAM credential that
+    privileged connections must prove. Given a `secret`, it keeps only the salted
+    credential derived from it (and blanks `secret`).
+    Invariant: `secret` is "" after construction."""
     handlers: dict[ApiKey, HandlerSpec]
     secret: str
     role: str
+    credential: ScramCredential | None = None
+    # connection.failed.authentication.delay.ms: a failed exchange is answered, and the
+    # connection closed, only after this delay (one guess per connection per delay).
+    failed_auth_delay_ms: int = 100
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     # Extra ApiVersions fields describing the process: node_id, state, software.
     describe: Callable[[], dict[str, Any]] = lambda: {}
     connections: set[ServerConnection] = field(default_factory=set)
+    max_inflight: int = DEFAULT_MAX_INFLIGHT
+    idle_ms: int = DEFAULT_IDLE_MS
+    first_frame_ms: int = DEFAULT_FIRST_FRAME_MS
+
+    def configure(self, config: Any) -> None:
+        """Connection limits from a Config (broker and controller share the keys)."""
+        self.max_inflight = max(1, int(config.get("minibroker.max.inflight.requests.per.connection",
+                                                  str(DEFAULT_MAX_INFLIGHT))))
+        self.idle_ms = int(config.get("connections.max.idle.ms", str(DEFAULT_IDLE_MS)))
+        self.first_frame_ms = int(config.get("minibroker.connections.first.frame.timeout.ms",
+                                             str(DEFAULT_FIRST_FRAME_MS)))
+
+    def __post_init__(self) -> None:
+        if self.credential is None and self.secret:
+            self.credential = server_credential(self.secret)
+        self.secret = ""
 
     def api_versions(self) -> list[dict[str, int]]:
         keys = [{"api": int(k), "min_v": s.versions[0], "max_v": s.versions[1]} for k, s in self.handlers.items()]
         keys.append({"api": int(ApiKey.API_VERSIONS), "min_v": 0, "max_v": 0})
+        keys.append({"api": int(ApiKey.SASL_HANDSHAKE), "min_v": 0, "max_v": 0})
         keys.append({"api": int(ApiKey.SASL_AUTHENTICATE), "min_v": 0, "max_v": 0})
         return sorted(keys, key=lambda d: d["api"])
 
 
 class ServerConnection(asyncio.Protocol):
     """One client connection. Invariant: `_slots` holds one future per request
-    received and not yet answered, in arrival order."""
+    read and not yet answered, in arrival order, at most `max_inflight` of
+    them; reading is paused whenever the window is full or writing is paused."""
 
     def __init__(self, dispatcher: Dispatcher, listener: str) -> None:
         self.dispatcher = dispatcher
         self.listener = listener
-        self.authenticated = False
+        self.sasl = SaslServerSession(dispatcher.credential)
         self.peer = "?"
         self.transport: asyncio.Transport | None = None
         self._decoder = FrameDecoder(dispatcher.max_frame_bytes)
         self._slots: deque[asyncio.Future] = deque()
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
+        self._write_paused = False
+        self._reading_paused = False
+        self._got_frame = False
+        self._pumping = False
+        self._pump_scheduled = False
+        self._auth_failed = False
+        self._last_active = 0.0
+        self._timer: asyncio.TimerHandle | None = None
         self.closed_event = asyncio.Event()
+
+    @property
+    def authenticated(self) -> bool:
+        return self.sasl.authenticated
 
     # -- asyncio.Protocol --------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         set_nodelay(transport)
+        self.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_WATER)  # type: ignore[union-attr]
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.dispatcher.connections.add(self)
+        loop = asyncio.get_running_loop()
+        self._last_active = loop.time()
+        if self.dispatcher.first_frame_ms > 0:
+            self._timer = loop.call_later(self.dispatcher.first_frame_ms / 1000, self._on_first_frame_deadline)
+        else:
+            self._arm_idle()
 
     def data_received(self, data: bytes) -> None:
         if self._closed:
             return
-        try:
-            messages = self._decoder.feed(data)
-        except FramingError as exc:
-            self.abort(f"framing error: {exc}")
-            return
-        for msg in messages:
-            self._on_request(msg)
-            if self._closed:
-                return
+        self._last_active = asyncio.get_running_loop().time()
+        self._decoder.push(data)
+        self._pump()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self.closed_event.set()
         self.dispatcher.connections.discard(self)
+        if self._timer is not None:
+            self._timer.cancel()
         for t in list(self._tasks):
             t.cancel()
         self._slots.clear()
 
     def pause_writing(self) -> None:
-        if self.transport is not None and not self._closed:
-            self.transport.pause_reading()
+        """Triggered when unread responses pass the high-water mark: read no more requests."""
+        self._write_paused = True
+        self._update_reading()
 
     def resume_writing(self) -> None:
-        if self.transport is not None and not self._closed:
+        self._write_paused = False
+        self._pump()
+
+    # -- flow control and timers -------------------------------------------
+    def _pump(self) -> None:
+        """Admit buffered frames while the window and the write buffer allow,
+        at most PUMP_BUDGET of them per loop iteration (the rest wait for the
+        next one, with reading paused), so pipelined cheap requests cannot
+        hold the loop either."""
+        if self._pumping:
+            return
+        self._pumping = True
+        try:
+            budget = PUMP_BUDGET
+            while (not self._closed and not self._write_paused and not self._auth_failed
+                   and len(self._slots) < self._window()):
+                if budget == 0:
+                    if not self._pump_scheduled:
+                        self._pump_scheduled = True
+                        asyncio.get_running_loop().call_soon(self._scheduled_pump)
+                    break
+                try:
+                    body = self._decoder.pop_raw()
+                except FramingError as exc:
+                    self.abort(f"framing error: {exc}")
+                    return
+                if body is None:
+                    break
+                budget -= 1
+                self._on_frame(body)
+        finally:
+            self._pumping = False
+        self._update_reading()
+
+    def _window(self) -> int:
+        """Authenticated (inter-broker) connections multiplex heartbeats, metadata
+        long-polls and forwarded requests, so they get a wider window."""
+        w = self.dispatcher.max_inflight
+        return w * AUTHENTICATED_WINDOW_FACTOR if self.authenticated else w
+
+    def _scheduled_pump(self) -> None:
+        self._pump_scheduled = False
+        self._pump()
+
+    def _update_reading(self) -> None:
+        if self._closed or self.transport is None:
+            return
+        want_pause = (self._write_paused or self._pump_scheduled or self._auth_failed
+                      or len(self._slots) >= self._window())
+        if want_pause and not self._reading_paused:
+            self._reading_paused = True
+            self.transport.pause_reading()
+        elif not want_pause and self._reading_paused:
+            self._reading_paused = False
             self.transport.resume_reading()
+
+    def _on_first_frame_deadline(self) -> None:
+        self._timer = None
+        if not self._got_frame:
+            self.abort(f"no complete request within {self.dispatcher.first_frame_ms} ms of connecting")
+        else:
+            self._arm_idle()
+
+    def _arm_idle(self, delay_s: float | None = None) -> None:
+        if self._closed or self.dispatcher.idle_ms <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(self.dispatcher.idle_ms / 1000 if delay_s is None else delay_s,
+                                      self._on_idle_check)
+
+    def _on_idle_check(self) -> None:
+        self._timer = None
+        idle_s = asyncio.get_running_loop().time() - self._last_active
+        limit_s = self.dispatcher.idle_ms / 1000
+        if not self._slots and idle_s >= limit_s:
+            self.abort(f"idle for {int(idle_s * 1000)} ms (connections.max.idle.ms={self.dispatcher.idle_ms})")
+        else:
+            self._arm_idle(max(0.05, limit_s - idle_s) if not self._slots else limit_s)
 
     # -- requests ----------------------------------------------------------
     def abort(self, reason: str) -> None:
@@ -141,22 +286,55 @@ class ServerConnection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-    def _on_request(self, msg: dict[str, Any]) -> None:
+    def _on_frame(self, body: bytes) -> None:
+        if not self._got_frame:
+            self._got_frame = True
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = None
+            self._arm_idle()
+        slot: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._slots.append(slot)
+        if len(body) <= CHUNK_BYTES:
+            try:
+                msg = decode_body(body)
+            except FramingError as exc:
+                self.abort(f"framing error: {exc}")
+                return
+            self._on_request(msg, slot, None)
+            return
+        task = asyncio.ensure_future(self._decode_large(body, slot))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _decode_large(self, body: bytes, slot: asyncio.Future) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            msg, validated = await loop.run_in_executor(_DECODER, _decode_and_validate, body)
+        except FramingError as exc:
+            self.abort(f"framing error: {exc}")
+            return
+        if not self._closed:
+            self._on_request(msg, slot, validated)
+
+    def _on_request(self, msg: dict[str, Any], slot: asyncio.Future, validated: Any) -> None:
         try:
             header = validate(msg, HEADER)
         except SchemaError as exc:
             self.abort(f"bad request header: {exc}")
             return
         cid = header["id"]
-        slot: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._slots.append(slot)
         try:
             api = ApiKey(header["api"])
         except ValueError:
             self._answer(slot, _error(cid, ErrorCode.UNSUPPORTED_VERSION, f"unknown api key {header['api']}"))
             return
-        if api is ApiKey.API_VERSIONS or api is ApiKey.SASL_AUTHENTICATE:
-            self._answer(slot, self._builtin(api, cid, msg))
+        if api in _BUILTIN:
+            resp = self._builtin(api, cid, msg)
+            if self.sasl.failed:
+                self._fail_authentication(slot, resp)
+            else:
+                self._answer(slot, resp)
             return
         spec = self.dispatcher.handlers.get(api)
         if spec is None:
@@ -170,11 +348,17 @@ class ServerConnection(asyncio.Protocol):
             self._answer(slot, _error(cid, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                                       f"{api.name} needs an authenticated inter-broker connection"))
             return
-        try:
-            body = validate(msg, REQUESTS[api])
-        except SchemaError as exc:
-            self._answer(slot, _error(cid, ErrorCode.INVALID_REQUEST, str(exc)))
+        if isinstance(validated, SchemaError):
+            self._answer(slot, _error(cid, ErrorCode.INVALID_REQUEST, str(validated)))
             return
+        if validated is not None:
+            body = validated
+        else:
+            try:
+                body = validate(msg, REQUESTS[api])
+            except SchemaError as exc:
+                self._answer(slot, _error(cid, ErrorCode.INVALID_REQUEST, str(exc)))
+                return
         ctx = RequestContext(self, api, header["v"], cid, header["client"])
         task = asyncio.ensure_future(self._run(spec.fn, ctx, body, slot))
         self._tasks.add(task)
@@ -192,8 +376,12 @@ class ServerConnection(asyncio.Protocol):
             resp = _error(ctx.correlation_id, ErrorCode.UNKNOWN_SERVER_ERROR, "internal error, see broker log")
         if resp is None:
             self._answer(slot, _NO_RESPONSE)
+            return
+        resp["id"] = ctx.correlation_id
+        if response_entries(resp) > LARGE_RESPONSE_ENTRIES:
+            frame = await asyncio.get_running_loop().run_in_executor(_DECODER, encode_frame_chunked, resp)
+            self._answer(slot, _Encoded(frame))
         else:
-            resp["id"] = ctx.correlation_id
             self._answer(slot, resp)
 
     def _builtin(self, api: ApiKey, cid: int, msg: dict[str, Any]) -> dict[str, Any]:
@@ -201,14 +389,36 @@ class ServerConnection(asyncio.Protocol):
             return {"id": cid, "error": 0, "api_keys": self.dispatcher.api_versions(),
                     "role": self.dispatcher.role, **self.dispatcher.describe()}
         try:
-            body = validate(msg, REQUESTS[ApiKey.SASL_AUTHENTICATE])
+            body = validate(msg, REQUESTS[api])
         except SchemaError as exc:
-            return _error(cid, ErrorCode.INVALID_REQUEST, str(exc))
-        if body["mechanism"] == "PLAIN" and hmac.compare_digest(body["secret"].encode(), self.dispatcher.secret.encode()):
-            self.authenticated = True
-            return {"id": cid, "error": 0}
-        log.warning("failed authentication from %s on %s", self.peer, self.listener)
-        return _error(cid, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "bad cluster secret")
+            return {"id": cid, **self.sasl.reject(ErrorCode.INVALID_REQUEST, str(exc))}
+        if api is ApiKey.SASL_HANDSHAKE:
+            resp = self.sasl.on_handshake(body)
+        else:
+            resp = self.sasl.on_authenticate(body)
+            if self.sasl.authenticated:
+                log.info("authenticated %s from %s on %s (%s)", self.sasl.principal, self.peer, self.listener,
+                         "SCRAM-SHA-256")
+        return {"id": cid, **resp}
+
+    def _fail_authentication(self, slot: asyncio.Future, resp: dict[str, Any]) -> None:
+        """A failed SASL step: serve nothing more (later frames are read and dropped), answer after
+        the delay, then close (Kafka's connection.failed.authentication.delay.ms), so that each
+        guess costs a connection and a delay."""
+        log.warning("failed authentication from %s on %s: %s", self.peer, self.listener, self.sasl.failure)
+        self._closed = True
+        self._auth_failed = True
+        self._update_reading()
+
+        def answer_and_close() -> None:
+            t = self.transport
+            if t is not None and not t.is_closing():
+                t.write(encode_frame(resp))
+                if t.can_write_eof():
+                    t.write_eof()
+                t.close()
+        asyncio.get_running_loop().call_later(self.dispatcher.failed_auth_delay_ms / 1000, answer_and_close)
+
 
     def _answer(self, slot: asyncio.Future, resp: Any) -> None:
         if not slot.done():
@@ -217,17 +427,47 @@ class ServerConnection(asyncio.Protocol):
         out: list[bytes] = []
         while slots and slots[0].done():
             r = slots.popleft().result()
-            if r is not _NO_RESPONSE:
+            if isinstance(r, _Encoded):
+                out.append(r.frame)
+            elif r is not _NO_RESPONSE:
                 out.append(encode_frame(r))
         if out and not self._closed and self.transport is not None:
             self.transport.write(b"".join(out) if len(out) > 1 else out[0])
+            self._last_active = asyncio.get_running_loop().time()
+        if not self._closed and not self._pumping and (self._decoder.buffered or self._reading_paused):
+            self._pump()
+
+
+@dataclass(frozen=True)
+class _Encoded:
+    frame: bytes
+
+
+def _decode_and_validate(body: bytes) -> tuple[dict[str, Any], Any]:
+    """On the decoder thread: the message and its validated body (or the
+    SchemaError, or None when the header does not name a known API)."""
+    msg = decode_body_chunked(body)
+    try:
+        api = ApiKey(validate(msg, HEADER)["api"])
+        spec = REQUESTS[api]
+    except (SchemaError, ValueError, KeyError):
+        return msg, None
+    try:
+        return msg, validate(msg, spec)
+    except SchemaError as exc:
+        return msg, exc
+
+
+_BUILTIN = (ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
 
 
 def _error(cid: int, code: ErrorCode | int, message: str = "") -> dict[str, Any]:
     return {"id": cid, "error": int(code), "message": message}
 
 
-async def serve(dispatcher: Dispatcher, host: str, port: int, listener: str) -> asyncio.base_events.Server:
+async def serve(dispatcher: Dispatcher, host: str, port: int, listener: str,
+                ssl_context: ssl.SSLContext | None = None) -> asyncio.base_events.Server:
+    """Listen on host:port; with `ssl_context`, the listener speaks TLS (security.protocol SSL)."""
     loop = asyncio.get_running_loop()
     return await loop.create_server(lambda: ServerConnection(dispatcher, listener), host, port,
-                                    reuse_address=True, backlog=1024)
+                                    reuse_address=True, backlog=1024, ssl=ssl_context)

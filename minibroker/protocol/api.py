@@ -5,7 +5,7 @@ Every request map carries the header fields `api`, `v`, `id`, `client`
 plus the body fields of its API at the top level. Every response carries
 `id` (echoed) and the body fields; a request that fails as a whole is
 answered with `{"id", "error", "message"}` (an `ErrorCode` number).
-Record batches travel as msgpack bin (opaque bytes, see minibroker.records).
+Record batches travel as msgpack bin: opaque bytes in Kafka's RecordBatch v2 format (see minibroker.records).
 
 Conventions: -1 means "none/unknown" for ids, epochs and offsets; errors are
 `ErrorCode` ints; optional fields default as shown by `Opt`.
@@ -23,8 +23,10 @@ class ApiKey(enum.IntEnum):
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
     DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
@@ -93,7 +95,12 @@ REQUESTS: dict[ApiKey, dict[str, Any]] = {
         "timeout_ms": Opt(int, 30_000),
         "validate_only": Opt(bool, False),
     },
-    ApiKey.SASL_AUTHENTICATE: {"mechanism": str, "secret": str},
+    ApiKey.DELETE_TOPICS: {
+        "topics": [str],
+        "timeout_ms": Opt(int, 30_000),
+    },
+    ApiKey.SASL_HANDSHAKE: {"mechanism": str},
+    ApiKey.SASL_AUTHENTICATE: {"auth_bytes": bytes},     # one SCRAM message (minibroker.net.scram)
     ApiKey.DESCRIBE_CONFIGS: {
         # resource_type 2 = topic, 4 = broker (name "" = the cluster default); names None = every config
         "resources": [{"resource_type": int, "resource_name": str, "names": Opt(Nullable([str]), None)}],

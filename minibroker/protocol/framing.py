@@ -26,6 +26,46 @@ def encode_frame(message: dict[str, Any]) -> bytes:
     return _LEN.pack(len(body)) + body
 
 
+def encode_frame_chunked(message: dict[str, Any]) -> bytes:
+    """`encode_frame` in pieces (one C call per element of the message's
+    lists of lists), for a worker thread: big responses never hold the GIL long."""
+    packer = msgpack.Packer(use_bin_type=True)
+    parts: list[bytes] = [packer.pack_map_header(len(message))]
+    for k, v in message.items():
+        parts.append(packer.pack(k))
+        _pack_chunked(packer, v, parts, 2)
+    body = b"".join(parts)
+    return _LEN.pack(len(body)) + body
+
+
+def _pack_chunked(packer: msgpack.Packer, v: Any, parts: list[bytes], depth: int) -> None:
+    if depth and isinstance(v, list) and len(v) > 64:
+        parts.append(packer.pack_array_header(len(v)))
+        for item in v:
+            _pack_chunked(packer, item, parts, depth)
+    elif depth and isinstance(v, dict) and any(isinstance(x, list) and len(x) > 64 for x in v.values()):
+        parts.append(packer.pack_map_header(len(v)))
+        for k, x in v.items():
+            parts.append(packer.pack(k))
+            _pack_chunked(packer, x, parts, depth - 1)
+    else:
+        parts.append(packer.pack(v))
+
+
+def response_entries(message: dict[str, Any]) -> int:
+    """Entries of a response's topic/partition lists (how costly encoding it is)."""
+    n = 0
+    for v in message.values():
+        if isinstance(v, list):
+            n += len(v)
+            for item in v:
+                if isinstance(item, dict):
+                    for x in item.values():
+                        if isinstance(x, list):
+                            n += len(x)
+    return n
+
+
 def decode_body(body: bytes | memoryview) -> dict[str, Any]:
     try:
         obj = msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True)
@@ -67,6 +107,103 @@ class FrameDecoder:
             del buf[:pos]
         return out
 
+    def push(self, data: bytes) -> None:
+        """Buffer bytes without decoding them (the server decodes as its request window allows)."""
+        self._buf += data
+
+    def pop_raw(self) -> bytes | None:
+        """The next complete frame's body, undecoded, or None if none is complete yet."""
+        buf = self._buf
+        if len(buf) < 4:
+            return None
+        (length,) = _LEN.unpack_from(buf, 0)
+        if length > self.max_frame_bytes:
+            raise FramingError(f"frame of {length} bytes exceeds socket.request.max.bytes={self.max_frame_bytes}")
+        if len(buf) - 4 < length:
+            return None
+        body = bytes(memoryview(buf)[4:4 + length])
+        del buf[:4 + length]
+        return body
+
     @property
     def buffered(self) -> int:
         return len(self._buf)
+
+
+# Bodies above this size are decoded in chunks of at most this many bytes of
+# msgpack, so one huge request never holds the GIL (and the loop) for long.
+CHUNK_BYTES = 65_536
+
+
+def decode_body_chunked(body: bytes) -> dict[str, Any]:
+    """`decode_body` for large bodies, in pieces: every sub-object whose
+    encoding is at most CHUNK_BYTES is decoded by one C call; bigger maps and
+    arrays are walked by header. Run it on a worker thread: between pieces the
+    interpreter can switch back to the event loop's thread."""
+    if len(body) <= CHUNK_BYTES:
+        return decode_body(body)
+    if body[0] not in _MAP_TYPES:
+        raise FramingError("frame body must be a map")
+    try:
+        return _decode_big(memoryview(body))
+    except FramingError:
+        raise
+    except Exception as exc:  # msgpack raises several unrelated exception types
+        raise FramingError(f"body is not valid msgpack: {exc.__class__.__name__}: {exc}") from None
+
+
+_MAP_TYPES = frozenset(range(0x80, 0x90)) | {0xDE, 0xDF}
+_ARRAY_TYPES = frozenset(range(0x90, 0xA0)) | {0xDC, 0xDD}
+
+
+def decode_any(data: bytes | memoryview) -> Any:
+    return msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
+
+
+def _decode_big(view: memoryview) -> Any:
+    """One complete msgpack object: small or scalar ones in one C call; a
+    big map or array element by element, runs of small elements together."""
+    if len(view) <= CHUNK_BYTES or view[0] not in _MAP_TYPES | _ARRAY_TYPES:
+        return decode_any(view)
+    u = msgpack.Unpacker(raw=False, strict_map_key=True, use_list=True, max_buffer_size=len(view) + 1)
+    u.feed(view)
+    if view[0] in _ARRAY_TYPES:
+        n = u.read_array_header()
+        items: list[Any] = []
+        run_start, count = u.tell(), 0
+        for _ in range(n):
+            s = u.tell()
+            u.skip()
+            e = u.tell()
+            if e - s > CHUNK_BYTES or e - run_start > CHUNK_BYTES:
+                if count:
+                    items.extend(_decode_run(view[run_start:s], count))
+                run_start, count = s, 0
+                if e - s > CHUNK_BYTES:
+                    items.append(_decode_big(view[s:e]))
+                    run_start = e
+                    continue
+            count += 1
+        if count:
+            items.extend(_decode_run(view[run_start:u.tell()], count))
+        if u.tell() != len(view):
+            raise FramingError("body is not valid msgpack: trailing bytes")
+        return items
+    n = u.read_map_header()
+    out: dict[Any, Any] = {}
+    for _ in range(n):
+        s = u.tell()
+        u.skip()
+        key = decode_any(view[s:u.tell()])
+        if not isinstance(key, (str, bytes)):
+            raise FramingError("body is not valid msgpack: map keys must be str or bytes")
+        s = u.tell()
+        u.skip()
+        out[key] = _decode_big(view[s:u.tell()])
+    if u.tell() != len(view):
+        raise FramingError("body is not valid msgpack: trailing bytes")
+    return out
+
+
+def _decode_run(view: memoryview, count: int) -> list[Any]:
+    return decode_any(b"\xdd" + _LEN.pack(count) + view.tobytes())  # type: ignore[no-any-return]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import threading
 import struct
 from array import array
 
@@ -22,6 +23,9 @@ from minibroker.storage import fsutil
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 _PENDING_LIMIT = 4096
+# Serialises lazy reopening and releasing of segment and index files, which a
+# flush thread (dup_fds) and the event loop may both trigger.
+FD_LOCK = threading.Lock()
 
 
 class _IndexFile:
@@ -30,11 +34,32 @@ class _IndexFile:
     def __init__(self, path: str, base_offset: int) -> None:
         self.path = path
         self.base_offset = base_offset
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        # Invariant: `_fd` is -1 when the file is released (reopened on demand
+        # through `fd`) or closed for good (`_closed`).
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self._closed = False
         # Entries appended in memory but not yet written to the file. The file
         # may lag (it is never trusted past a crash); dup_fd() and close()
         # write them out first, so a flush or clean shutdown leaves it whole.
         self._pending = bytearray()
+
+    @property
+    def fd(self) -> int:
+        """The file's descriptor, reopened if it was released; -1 once closed."""
+        if self._fd >= 0 or self._closed:
+            return self._fd
+        with FD_LOCK:
+            if self._fd < 0 and not self._closed:
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            return self._fd
+
+    def release(self) -> None:
+        """Close the file until it is next needed. Pending entries stay in
+        memory and are written when it is (the file may lag, see above)."""
+        with FD_LOCK:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
 
     def _write(self, entry: bytes) -> None:
         self._pending += entry
@@ -42,7 +67,7 @@ class _IndexFile:
             self.write_pending()
 
     def write_pending(self) -> None:
-        if self._pending and self.fd >= 0:
+        if self._pending and not self._closed:
             fsutil.write_all(self.fd, self._pending)
         self._pending.clear()
 
@@ -59,10 +84,13 @@ class _IndexFile:
         return os.dup(self.fd)
 
     def close(self) -> None:
-        if self.fd >= 0:
+        if not self._closed:
             self.write_pending()
-            os.close(self.fd)
-            self.fd = -1
+            with FD_LOCK:
+                self._closed = True
+                if self._fd >= 0:
+                    os.close(self._fd)
+                    self._fd = -1
 
     def delete(self) -> None:
         self._pending.clear()

@@ -37,10 +37,10 @@ from __future__ import annotations
 import bisect
 import os
 import threading
-import time
 from typing import NamedTuple
 from collections.abc import Callable
 
+from minibroker import clock
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.events import Event, EventSink, discard
 from minibroker.records import (
@@ -75,7 +75,7 @@ class UnexpectedAppendOffset(KafkaError):
 
 
 def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
+    return clock.now_ms()
 
 
 def _partition_name(directory: str) -> str:
@@ -126,6 +126,9 @@ class PartitionLog:
         now = self._clock()
         for seg in self._segments:
             seg.created_ms = min(seg.created_ms, now)
+            seg.release_fds()           # reopened on first use: an idle replica holds no fds
+        # The inactive segment a read last opened; released when another one is read.
+        self._open_inactive: LogSegment | None = None
         self.load_info: LoadInfo = loaded.info
         info = loaded.info
         if info.segments_loaded == 0:
@@ -333,6 +336,7 @@ class PartitionLog:
     def _roll_locked(self) -> None:
         active = self._segments[-1]
         active.on_become_inactive()
+        active.release_fds()
         new = LogSegment.create(self.directory, active.next_offset, self.config.index_interval_bytes)
         new.created_ms = self._clock()
         self._segments.append(new)
@@ -430,11 +434,22 @@ class PartitionLog:
                 return b""
             position = found.position
         data, end, next_offset = seg.read(position, max_bytes, upper, min_one_batch)
+        if seg is not self._segments[-1] and seg is not self._open_inactive:
+            self._note_inactive_read(seg)
         if data:
             if len(self._read_hints) >= _MAX_READ_HINTS:
                 self._read_hints.clear()
             self._read_hints[next_offset] = (seg, end)
         return data
+
+    def _note_inactive_read(self, seg: LogSegment) -> None:
+        """At most one inactive segment per log keeps its files open after a
+        read (sequential readers of old data reuse it); the previous one is
+        released, under the lock that flush() takes to duplicate fds."""
+        with self._lock:
+            prev, self._open_inactive = self._open_inactive, seg
+            if prev is not None and prev is not self._segments[-1]:
+                prev.release_fds()
 
     def batch_containing(self, offset: int) -> tuple[int, int, int] | None:
         """(base offset, last offset, leader epoch) of the batch holding `offset`."""
@@ -633,6 +648,8 @@ class PartitionLog:
                     if (not seg.empty and seg.next_offset > self._recovery_point
                             and seg.base_offset < target):
                         fds.extend(seg.dup_fds())
+                        if seg is not self._segments[-1] and seg is not self._open_inactive:
+                            seg.release_fds()
                 dir_dirty, self._dir_dirty = self._dir_dirty, False
                 generation = self._truncations
             try:

@@ -20,7 +20,7 @@ from minibroker.records import (
     HEADER, HEADER_SIZE, LOG_OVERHEAD, batch_crc_ok, check_header, parse_header,
 )
 from minibroker.storage import fsutil
-from minibroker.storage.index import OffsetIndex, TimeIndex
+from minibroker.storage.index import FD_LOCK, OffsetIndex, TimeIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -73,7 +73,11 @@ class LogSegment:
         self.index_interval_bytes = index_interval_bytes
         self.log_path = os.path.join(directory, segment_name(base_offset, LOG_SUFFIX))
         flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if fresh else 0)
-        self.fd = os.open(self.log_path, flags, 0o644)
+        # Invariant: `_fd` is -1 when the segment's files are released (an
+        # inactive or idle segment: reopened on demand through `fd`) or when
+        # the segment is closed for good (`_closed`).
+        self._fd = os.open(self.log_path, flags, 0o644)
+        self._closed = False
         self.index = OffsetIndex(os.path.join(directory, segment_name(base_offset, INDEX_SUFFIX)), base_offset)
         self.time_index = TimeIndex(os.path.join(directory, segment_name(base_offset, TIME_INDEX_SUFFIX)), base_offset)
         if fresh:
@@ -99,6 +103,32 @@ class LogSegment:
     def open_existing(cls, directory: str, base_offset: int, index_interval_bytes: int) -> LogSegment:
         """Open files as found; call `load_clean()` or `recover()` next."""
         return cls(directory, base_offset, index_interval_bytes, fresh=False)
+
+    @property
+    def fd(self) -> int:
+        """The .log file's descriptor, reopened if it was released; -1 once closed."""
+        if self._fd >= 0 or self._closed:
+            return self._fd
+        with FD_LOCK:
+            if self._fd < 0 and not self._closed:
+                self._fd = os.open(self.log_path, os.O_RDWR | os.O_APPEND)
+            return self._fd
+
+    @property
+    def holds_fds(self) -> int:
+        """How many descriptors the segment holds open now."""
+        return (self._fd >= 0) + (self.index._fd >= 0) + (self.time_index._fd >= 0)
+
+    def release_fds(self) -> None:
+        """Triggered when the segment goes inactive or idle: close its three
+        files until they are next needed,
+        so a broker's descriptors follow its active segments, not its data."""
+        with FD_LOCK:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+        self.index.release()
+        self.time_index.release()
 
     def __repr__(self) -> str:
         return f"LogSegment(base={self.base_offset}, next={self.next_offset}, size={self.size})"
@@ -276,7 +306,7 @@ class LogSegment:
     def on_become_inactive(self) -> None:
         """The segment stopped being the active one (roll or close): record its
         final max timestamp in the time index, as Kafka does."""
-        if self.size and self.max_timestamp >= 0 and self.fd >= 0:
+        if self.size and self.max_timestamp >= 0 and not self._closed:
             self.time_index.maybe_append(self.max_timestamp, self.next_offset - 1)
 
     def truncate_to(self, offset: int) -> int:
@@ -393,17 +423,22 @@ class LogSegment:
         return [os.dup(self.fd), self.index.dup_fd(), self.time_index.dup_fd()]
 
     def close(self) -> None:
-        if self.fd >= 0:
+        if not self._closed:
             self.on_become_inactive()
-            os.close(self.fd)
-            self.fd = -1
+            with FD_LOCK:
+                self._closed = True
+                if self._fd >= 0:
+                    os.close(self._fd)
+                    self._fd = -1
         self.index.close()
         self.time_index.close()
 
     def delete(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        with FD_LOCK:
+            self._closed = True
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
         self.index.delete()
         self.time_index.delete()
         try:

@@ -18,10 +18,10 @@ import asyncio
 import json
 import os
 import random
-import secrets
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from minibroker.client.admin import Admin
 from minibroker.errors import KafkaError
+from minibroker.net.credentials import generate_secret, write_private_file
 from minibroker.protocol.api import ApiKey
 from minibroker.protocol.framing import FrameDecoder, encode_frame
 from minibroker.testing.layout import CONTROLLER_ID, ClusterLayout, plan, properties_text
@@ -143,10 +144,13 @@ class LocalCluster:
     @classmethod
     def create(cls, data_dir: str, *, brokers: int = 3, free_ports: bool = False, proxied: bool = True,
                overrides: Mapping[str, str] | None = None, controller_overrides: Mapping[str, str] | None = None,
-               fast: bool = False, racks: tuple[str, ...] | None = None) -> LocalCluster:
+               fast: bool = False, tls: bool = False,
+               racks: tuple[str, ...] | None = None) -> LocalCluster:
         """Lay out a new cluster in `data_dir` (not started). `free_ports` picks a random
         127.x.y.0/24 and free ports (tests); otherwise the well-known layout: brokers on
-        127.0.0.1..N:9092, controller on 127.0.0.1:9093. `racks` are cycled over the brokers."""
+        127.0.0.1..N:9092, controller on 127.0.0.1:9093. Each cluster gets its own random
+        secret in <data_dir>/cluster.secret (0600); `tls` also makes a local CA and
+        certificates under <data_dir>/tls and turns every listener to TLS. `racks` are cycled over the brokers."""
         data_dir = os.path.abspath(data_dir)
         if os.path.exists(state_path(data_dir)):
             raise ClusterError(f"{data_dir} already holds a cluster ({STATE_FILE}); "
@@ -168,7 +172,7 @@ class LocalCluster:
             port_for = lambda _h, d: d
         try:
             layout = plan(data_dir, brokers=brokers, hosts=hosts, controller_host=controller_host,
-                          port_for=port_for, proxied=proxied, secret=secrets.token_hex(16), racks=racks,
+                          port_for=port_for, proxied=proxied, tls=tls, racks=racks,
                           broker_overrides=settings, controller_overrides=dict(controller_overrides or {}))
         except ValueError as exc:
             raise ClusterError(str(exc)) from None
@@ -178,6 +182,13 @@ class LocalCluster:
         if not free_ports:
             cls._check_ports_free(layout)
         os.makedirs(data_dir, exist_ok=True)
+        write_private_file(layout.secret_file, (generate_secret() + "\n").encode())
+        if tls:
+            from minibroker.testing.local_ca import LocalCAError, create_cluster_certificates
+            try:
+                create_cluster_certificates(layout.tls_dir, layout.hosts(), layout.client_properties())
+            except LocalCAError as exc:
+                raise ClusterError(str(exc)) from None
         cluster = cls(layout)
         cluster._write_configs()
         cluster.save()
@@ -211,14 +222,22 @@ class LocalCluster:
                                f"start one with `minibroker cluster up`") from None
         except (OSError, ValueError) as exc:
             raise ClusterError(f"cannot read {path}: {exc}") from None
-        return cls(ClusterLayout.from_dict(d["layout"]), d.get("pids"), d.get("blocked"))
+        cluster = cls(ClusterLayout.from_dict(d["layout"]), d.get("pids"), d.get("blocked"))
+        old_secret = d["layout"].get("secret")
+        if old_secret:
+            # A cluster laid out before secrets moved to a 0600 file: move it there.
+            write_private_file(cluster.layout.secret_file, (old_secret + "\n").encode())
+            cluster._write_configs()
+            cluster.save()
+        return cluster
 
     def save(self) -> None:
         path = state_path(self.layout.data_dir)
         tmp = path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump({"version": 1, "layout": self.layout.to_dict(), "pids": self.pids,
-                       "blocked": self.blocked, "bootstrap": self.layout.bootstrap}, f, indent=1)
+                       "blocked": self.blocked, "bootstrap": self.layout.bootstrap,
+                       "kafka_bootstrap": self.layout.kafka_bootstrap}, f, indent=1)
         os.replace(tmp, path)
 
     def _write_configs(self) -> None:
@@ -345,7 +364,8 @@ class LocalCluster:
         deadline = time.monotonic() + timeout_s
         pending = set(ids)
         last: dict[int, str] = {}
-        async with Admin(self.bootstrap, {"request.timeout.ms": "2000", "reconnect.backoff.max.ms": "200"}) as admin:
+        async with Admin(self.bootstrap, {"request.timeout.ms": "2000", "reconnect.backoff.max.ms": "200",
+                                          **self.client_properties}) as admin:
             while pending:
                 for b in sorted(pending):
                     self._check_started(b)
@@ -364,7 +384,10 @@ class LocalCluster:
     def broker_state_sync(self, broker: int, timeout_s: float = 2.0) -> str:
         """ApiVersions over a plain blocking socket (usable where no event loop may run)."""
         spec = self.layout.broker(broker)
-        with socket.create_connection((spec.host, spec.port), timeout=timeout_s) as s:
+        with socket.create_connection((spec.host, spec.port), timeout=timeout_s) as plain:
+            s = plain
+            if self.layout.tls:
+                s = ssl.create_default_context(cafile=self.layout.ca_file).wrap_socket(plain, server_hostname=spec.host)
             s.sendall(encode_frame({"api": int(ApiKey.API_VERSIONS), "v": 0, "id": 1, "client": "cluster"}))
             dec = FrameDecoder()
             while True:
@@ -619,16 +642,21 @@ class LocalCluster:
     def controller_address(self) -> str:
         return f"{self.layout.controller[0]}:{self.layout.controller[1]}"
 
+    @property
+    def client_properties(self) -> dict[str, str]:
+        """What a client needs besides the bootstrap servers (TLS settings for a --tls cluster)."""
+        return self.layout.client_properties()
+
     def admin(self, **config: Any) -> Admin:
-        return Admin(self.bootstrap, config)
+        return Admin(self.bootstrap, {**self.client_properties, **config})
 
     def producer(self, config: Mapping[str, Any] | None = None, **kw: Any) -> Any:
         from minibroker.client.producer import Producer
-        return Producer(self.bootstrap, config, **kw)
+        return Producer(self.bootstrap, {**self.client_properties, **(config or {})}, **kw)
 
     def consumer(self, config: Mapping[str, Any] | None = None, **kw: Any) -> Any:
         from minibroker.client.consumer import Consumer
-        return Consumer(self.bootstrap, config, **kw)
+        return Consumer(self.bootstrap, {**self.client_properties, **(config or {})}, **kw)
 
     async def __aenter__(self) -> LocalCluster:
         try:

@@ -19,6 +19,10 @@ still reachable by clients, as a broker cut off from its cluster is in a
 real network partition (the interesting case: an isolated leader that
 still takes writes). With `proxied=False` brokers share one INTERNAL
 listener and dial each other and the controller directly.
+
+Secrets: the configs name the cluster secret's file (`secret_file`, 0600,
+written by LocalCluster), never the secret itself. With `tls`, every
+listener speaks TLS with the certificates under `tls_dir` (local_ca.py).
 """
 from __future__ import annotations
 
@@ -72,10 +76,45 @@ class ClusterLayout:
     brokers: tuple[BrokerSpec, ...]
     routes: tuple[Route, ...]
     proxy_control: Addr | None
-    secret: str
+    secret_file: str
     broker_overrides: dict[str, str] = field(default_factory=dict)
     controller_overrides: dict[str, str] = field(default_factory=dict)
     controller_metrics: Addr | None = None
+    tls: bool = False
+
+    @property
+    def tls_dir(self) -> str:
+        return f"{self.data_dir}/tls"
+
+    @property
+    def ca_file(self) -> str:
+        return f"{self.tls_dir}/ca.pem"
+
+    @property
+    def client_properties_file(self) -> str:
+        """Kafka-style client settings for this cluster (--command-config), written with the certificates."""
+        return f"{self.tls_dir}/client.properties"
+
+    def hosts(self) -> list[str]:
+        """Every address a process of this cluster is dialled at (the server certificate's names)."""
+        out = {self.controller[0]} | {b.host for b in self.brokers} | {r.listen[0] for r in self.routes}
+        out |= {h for b in self.brokers for h, _ in b.internal.values()}
+        return sorted(out)
+
+    def client_properties(self) -> dict[str, str]:
+        if not self.tls:
+            return {}
+        return {"security.protocol": "SSL", "ssl.truststore.location": self.ca_file}
+
+    def _tls_props(self, listeners: list[str]) -> dict[str, str]:
+        if not self.tls:
+            return {}
+        return {
+            "listener.security.protocol.map": ",".join(f"{n}:SSL" for n in listeners),
+            "ssl.certificate.location": f"{self.tls_dir}/server.pem",
+            "ssl.key.location": f"{self.tls_dir}/server.key",
+            "ssl.truststore.location": self.ca_file,
+        }
 
     @property
     def proxied(self) -> bool:
@@ -118,7 +157,8 @@ class ClusterLayout:
             "node.id": str(CONTROLLER_ID),
             "listeners": f"CONTROLLER://{self.controller[0]}:{self.controller[1]}",
             "metadata.log.dir": f"{self.node_dir('controller')}/metadata",
-            "minibroker.cluster.secret": self.secret,
+            "minibroker.cluster.secret.file": self.secret_file,
+            **self._tls_props(["CONTROLLER"]),
         }
         if self.controller_metrics is not None:
             props["metrics.listener"] = f"{self.controller_metrics[0]}:{self.controller_metrics[1]}"
@@ -158,10 +198,13 @@ class ClusterLayout:
             "inter.broker.listener.name": inter,
             "controller.quorum.bootstrap.servers": f"{ch}:{cp}",
             "log.dirs": f"{self.node_dir(b.name)}/data",
-            "minibroker.cluster.secret": self.secret,
+            "minibroker.cluster.secret.file": self.secret_file,
         }
         if b.metrics is not None:
             props["metrics.listener"] = f"{b.metrics[0]}:{b.metrics[1]}"
+        if self.tls:
+            props.update(self._tls_props(["EXTERNAL", *b.internal, "CONTROLLER"]))
+            props["controller.listener.names"] = "CONTROLLER"
         props.update(self.broker_overrides)
         return props
 
@@ -182,9 +225,11 @@ class ClusterLayout:
             routes=tuple(Route(r["name"], r["src"], r["dst"], tuple(r["listen"]), tuple(r["target"]))  # type: ignore[arg-type]
                          for r in d["routes"]),
             proxy_control=tuple(d["proxy_control"]) if d.get("proxy_control") else None,  # type: ignore[arg-type]
-            secret=d["secret"], broker_overrides=dict(d.get("broker_overrides") or {}),
+            secret_file=d.get("secret_file") or f"{d['data_dir']}/cluster.secret",
+            broker_overrides=dict(d.get("broker_overrides") or {}),
             controller_overrides=dict(d.get("controller_overrides") or {}),
-            controller_metrics=tuple(d["controller_metrics"]) if d.get("controller_metrics") else None)  # type: ignore[arg-type]
+            controller_metrics=tuple(d["controller_metrics"]) if d.get("controller_metrics") else None,  # type: ignore[arg-type]
+            tls=bool(d.get("tls", False)))
 
 
 def properties_text(props: dict[str, str], header: str) -> str:
@@ -196,7 +241,8 @@ PortFor = Any   # Callable[[str, int], int]: (host, default port) -> port to use
 
 
 def plan(data_dir: str, *, brokers: int = 3, hosts: list[str], controller_host: str,
-         port_for: PortFor, proxied: bool = True, secret: str, racks: tuple[str, ...] | None = None,
+         port_for: PortFor, proxied: bool = True, secret_file: str | None = None, tls: bool = False,
+         racks: tuple[str, ...] | None = None,
          broker_overrides: dict[str, str] | None = None,
          controller_overrides: dict[str, str] | None = None) -> ClusterLayout:
     """Lay out a cluster: broker i on hosts[i-1] (EXTERNAL default port 9092, KAFKA 9094),
@@ -235,8 +281,10 @@ def plan(data_dir: str, *, brokers: int = 3, hosts: list[str], controller_host: 
         proxy_control = (controller_host, port_for(controller_host, 9199))
     controller_metrics = (controller_host, port_for(controller_host, 9400))
     _check_distinct(controller, specs, routes, proxy_control, controller_metrics)
-    return ClusterLayout(data_dir, controller, tuple(specs), tuple(routes), proxy_control, secret,
-                         dict(broker_overrides or {}), dict(controller_overrides or {}), controller_metrics)
+    return ClusterLayout(data_dir, controller, tuple(specs), tuple(routes), proxy_control,
+                         secret_file or f"{data_dir}/cluster.secret",
+                         dict(broker_overrides or {}), dict(controller_overrides or {}),
+                         controller_metrics=controller_metrics, tls=tls)
 
 
 def _check_distinct(controller: Addr, specs: list[BrokerSpec], routes: list[Route], proxy_control: Addr | None,

@@ -12,8 +12,10 @@ back), buffering the bytes until `release`, as a path that delays packets
 without dropping them; new connections on it are held the same way. Holds
 act on whole frames (the 4-byte length prefix of our protocol): a hold
 with `after` N lets N more frames through on each connection first (on a
-new connection the first request and answer are the SASL handshake, so
-`after: 1` holds everything after authentication).
+new connection the first requests and answers are the SASL exchange, so
+`after: minibroker.net.sasl.AUTH_FRAMES` holds everything after
+authentication). Holds need frame boundaries, so a TLS cluster refuses them
+(blocks and isolation work on any bytes).
 
 Control: newline-delimited JSON on `proxy_control`
   {"op": "isolate"|"heal", "node": N}
@@ -225,7 +227,8 @@ class FaultProxy:
     """Invariant: no pipe in `pipes[r]` exists while route r is blocked; a side
     holds bytes only while its direction of its route is held (or until released)."""
 
-    def __init__(self, routes: tuple[Route, ...] | list[Route]) -> None:
+    def __init__(self, routes: tuple[Route, ...] | list[Route], tls: bool = False) -> None:
+        self.tls = tls
         self.routes = {r.name: r for r in routes}
         self.pipes: dict[str, set[_Pipe]] = {r.name: set() for r in routes}
         self.blocked: set[tuple[int, int]] = set()
@@ -268,6 +271,8 @@ class FaultProxy:
     def hold(self, src: int, dst: int, direction: str = "both", after: int = 0) -> None:
         if direction not in ("requests", "responses", "both"):
             raise ValueError(f"direction: expected requests, responses or both, got {direction!r}")
+        if self.tls:
+            raise ValueError("holds count frames, which TLS hides: not available on a --tls cluster")
         if not any((r.src, r.dst) == (src, dst) for r in self.routes.values()):
             raise ValueError(f"no route {src}->{dst}")
         dirs = {"requests", "responses"} if direction == "both" else {direction}
@@ -374,7 +379,7 @@ async def _main(state_file: str) -> None:
     with open(state_file, encoding="utf-8") as f:
         layout = ClusterLayout.from_dict(json.load(f)["layout"])
     assert layout.proxy_control is not None
-    proxy = FaultProxy(layout.routes)
+    proxy = FaultProxy(layout.routes, tls=layout.tls)
     await proxy.start()
     await proxy.serve_control(*layout.proxy_control)
     log.info("fault proxy: %d routes, control on %s:%d", len(layout.routes), *layout.proxy_control)

@@ -18,10 +18,10 @@ counted as `foreign`. Must not know what was acknowledged or why.
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 from collections.abc import Mapping
 
+from minibroker import clock
 from minibroker.client.consumer import Consumer
 from minibroker.client.types import TopicPartition
 from minibroker.errors import ErrorCode, KafkaError
@@ -132,9 +132,9 @@ class VerifiableConsumer:
     async def read_all(self, targets: dict[int, int], timeout_s: float = 30.0) -> dict[int, int]:
         """Poll until every partition's position is >= its target offset, or the deadline;
         returns the partitions (-> position) that fell short."""
-        deadline = time.monotonic() + timeout_s
+        deadline = clock.monotonic() + timeout_s
         while True:
             short = {p: self.position(p) for p, t in targets.items() if self.position(p) < t}
-            if not short or time.monotonic() > deadline:
+            if not short or clock.monotonic() > deadline:
                 return short
             await self._poll(200)

@@ -18,10 +18,10 @@ Must not know what the checker concludes.
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 from collections.abc import Callable
 
+from minibroker import clock
 from minibroker.client.admin import Admin
 from minibroker.errors import KafkaError
 from minibroker.testing.cluster import LocalCluster, wait_for
@@ -253,9 +253,9 @@ class FaultRig:
     async def hold(self, seconds: float, *, progress: int = 0) -> None:
         """Keep a fault in place for `seconds` (the fault's length, e.g. past the session
         timeout, not a synchronisation), requiring `progress` acks meanwhile if given."""
-        end = time.monotonic() + seconds
+        end = clock.monotonic() + seconds
         if progress:
             await self.progress(progress, timeout_s=seconds + 30)
-        left = end - time.monotonic()
+        left = end - clock.monotonic()
         if left > 0:
             await asyncio.sleep(left)

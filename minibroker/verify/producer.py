@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import time
 from typing import Any
 from collections.abc import Mapping
 
+from minibroker import clock
 from minibroker.client.accumulator import ProducerBatch
 from minibroker.client.producer import Producer
 from minibroker.errors import KafkaError, error_name
@@ -127,12 +127,12 @@ class VerifiableProducer:
             await asyncio.shield(self._task)
 
     async def _run(self, records: int | None, duration_s: float | None) -> None:
-        start = time.monotonic()
+        start = clock.monotonic()
         p = 0
         while not self._stop.is_set():
             if records is not None and self.sent >= records:
                 return
-            now = time.monotonic()
+            now = clock.monotonic()
             if duration_s is not None and now - start >= duration_s:
                 return
             if self.rate > 0:
@@ -178,11 +178,11 @@ class VerifiableProducer:
 
     async def wait_acked(self, count: int, timeout_s: float = 30.0, partition: int | None = None) -> None:
         """Until at least `count` acks (on `partition`, if given) were logged in total."""
-        deadline = time.monotonic() + timeout_s
+        deadline = clock.monotonic() + timeout_s
         while self._acked(partition) < count:
             if self._task is not None and self._task.done():
                 self._task.result()
-            left = deadline - time.monotonic()
+            left = deadline - clock.monotonic()
             if left <= 0:
                 raise TimeoutError(f"{self._acked(partition)} of {count} records acknowledged after {timeout_s}s"
                                    + (f" on partition {partition}" if partition is not None else "")

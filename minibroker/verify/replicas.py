@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from dataclasses import dataclass
 from typing import Any
 from collections.abc import Iterable
 
+from minibroker import clock
 from minibroker.client.admin import Admin
 from minibroker.errors import KafkaError
 from minibroker.records import batch_crc_ok, check_header, iter_records, parse_header, HEADER_SIZE
@@ -139,10 +139,10 @@ def converged(status: dict[int, dict[int, dict[str, Any]]], partitions: int,
 async def wait_converged(admin: Admin, addresses: dict[int, tuple[str, int]], topic: str, partitions: int,
                          replicas: dict[int, list[int]], timeout_s: float = 30.0) -> tuple[bool, str, dict]:
     """Until `converged` (returns (True, "", status)) or the deadline (False, why, last status)."""
-    deadline = time.monotonic() + timeout_s
+    deadline = clock.monotonic() + timeout_s
     while True:
         status = await replica_leos(admin, addresses, topic)
         ok, why = converged(status, partitions, replicas)
-        if ok or time.monotonic() > deadline:
+        if ok or clock.monotonic() > deadline:
             return ok, why, status
         await asyncio.sleep(0.1)

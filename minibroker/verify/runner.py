@@ -18,11 +18,11 @@ Must not know about processes or faults (the caller owns the cluster).
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
+from minibroker import clock
 from minibroker.client.admin import Admin
 from minibroker.errors import KafkaError
 from minibroker.verify.checker import Report, check, compare_replicas
@@ -87,7 +87,7 @@ class Workload:
 
     async def start(self, records: int | None = None, duration_s: float | None = None) -> Workload:
         """Start the producer (limited by `records`/`duration_s` if given) and the live reader."""
-        self.started_at = time.monotonic()
+        self.started_at = clock.monotonic()
         await self.producer.start(records, duration_s)
         if self.follow:
             self.live = VerifiableConsumer(self.bootstrap, self.topic, run=self.run, config=self.consumer_config)
@@ -124,7 +124,7 @@ async def _final_hws(admin: Admin, topic: str, partitions: int, wanted: dict[int
                      timeout_s: float) -> tuple[dict[int, int], str]:
     """Each partition's HW (ListOffsets LATEST), waiting up to `timeout_s` for it to reach
     `wanted` (one past the last acknowledged offset)."""
-    deadline = time.monotonic() + timeout_s
+    deadline = clock.monotonic() + timeout_s
     hws: dict[int, int] = {}
     why = ""
     while True:
@@ -137,7 +137,7 @@ async def _final_hws(admin: Admin, topic: str, partitions: int, wanted: dict[int
             why = ", ".join(f"partition {p}: HW {hws.get(p, -1)} < {wanted.get(p, 0)}" for p in short)
         except KafkaError as exc:
             why = str(exc)
-        if time.monotonic() > deadline:
+        if clock.monotonic() > deadline:
             return hws, why
         await asyncio.sleep(0.1)
 
@@ -219,9 +219,11 @@ def _compare(rep: Report, dirs: ReplicaDirs, topic: str, partitions: int, layout
 async def run_verify(bootstrap: str, topic: str, *, records: int | None, duration_s: float | None,
                      partitions: int = 3, replication_factor: int = 3, min_isr: int | None = None,
                      rate: float = 0.0, create: bool = True, replica_dirs: ReplicaDirs | None = None,
-                     converge_timeout_s: float = 30.0) -> Report:
+                     converge_timeout_s: float = 30.0, stop: asyncio.Event | None = None,
+                     tick: Callable[[Workload, str], None] | None = None) -> Report:
     """`minibroker verify`: create the topic if needed, produce and follow for the given
-    count/duration, then finish the run (see Workload.finish)."""
+    count/duration (or until `stop` is set: Ctrl-C), then finish the run (see
+    Workload.finish). `tick(workload, phase)` is called about 4 times a second while sending."""
     async with Admin(bootstrap, ADMIN_SETTINGS) as admin:
         if create:
             cfg = {"min.insync.replicas": str(min_isr)} if min_isr is not None else {}
@@ -229,6 +231,24 @@ async def run_verify(bootstrap: str, topic: str, *, records: int | None, duratio
         partitions = len(await topic_layout(admin, topic))
     wl = Workload(bootstrap, topic, partitions, rate=rate)
     await wl.start(records, duration_s)
-    await wl.producer.sending_done()
+    await _sending(wl, stop, tick)
+    if tick is not None:
+        tick(wl, "checking")
     return await wl.finish(FinishOptions(replica_dirs=replica_dirs, converge_timeout_s=converge_timeout_s))
+
+
+async def _sending(wl: Workload, stop: asyncio.Event | None, tick: Callable[[Workload, str], None] | None) -> None:
+    """Until the producer has sent everything it was asked to, or `stop` is set."""
+    done = asyncio.ensure_future(wl.producer.sending_done())
+    stopped = asyncio.ensure_future(stop.wait()) if stop is not None else None
+    try:
+        while not done.done() and not (stopped is not None and stopped.done()):
+            if tick is not None:
+                tick(wl, "producing")
+            await asyncio.wait([f for f in (done, stopped) if f is not None], timeout=0.25,
+                               return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for f in (done, stopped):
+            if f is not None and not f.done():
+                f.cancel()
 

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from dataclasses import dataclass, field
 from collections.abc import Callable
 
+from minibroker import clock
 from minibroker.testing.layout import CONTROLLER_ID
 from minibroker.verify.checker import Report
 from minibroker.verify.faults import FaultRig
@@ -134,25 +134,25 @@ async def run_soak(rig: FaultRig, schedule: list[Fault], *, seed: int = 0, rate:
     rng = random.Random(seed ^ 0x5EED)
     wl = await rig.start_load(rate=rate)
     result = SoakResult(Report())
-    start = time.monotonic()
+    start = clock.monotonic()
     sampler = asyncio.ensure_future(_sample_acks(wl, result))
     try:
         await wl.progress(20, timeout_s=30)
         for i, f in enumerate(schedule):
-            if duration_s is not None and time.monotonic() - start >= duration_s:
+            if duration_s is not None and clock.monotonic() - start >= duration_s:
                 break
             node, other = await _resolve(rig, f, rng)
             what = (f"partition b{node}<->b{other}" if f.kind == "partition"
                     else f"{f.kind} {'controller' if node == CONTROLLER_ID else f'broker {node}'}")
-            line = f"{time.monotonic() - start:7.1f}s  #{i:<3} {what} for {f.hold_s:.1f}s  (acked {wl.acked})"
+            line = f"{clock.monotonic() - start:7.1f}s  #{i:<3} {what} for {f.hold_s:.1f}s  (acked {wl.acked})"
             result.timeline.append(line)
             log(line)
             await apply(rig, f, node, other)
-            t0 = time.monotonic()
+            t0 = clock.monotonic()
             try:
                 await rig.wait_running()
                 await rig.wait_isr_full(heal_timeout_s)
-                result.heal_times_s.append(time.monotonic() - t0)
+                result.heal_times_s.append(clock.monotonic() - t0)
             except Exception as exc:                 # a liveness failure: report it, go on
                 msg = f"#{i} {what}: not healed after {heal_timeout_s:.0f}s: {exc}"
                 result.unhealed.append(msg)
@@ -166,10 +166,10 @@ async def run_soak(rig: FaultRig, schedule: list[Fault], *, seed: int = 0, rate:
 
 
 async def _sample_acks(wl, result: SoakResult) -> None:
-    last_count, last_change = wl.acked, time.monotonic()
+    last_count, last_change = wl.acked, clock.monotonic()
     while True:
         await asyncio.sleep(0.1)
-        now = time.monotonic()
+        now = clock.monotonic()
         if wl.acked != last_count:
             last_count, last_change = wl.acked, now
         result.longest_ack_gap_s = max(result.longest_ack_gap_s, now - last_change)

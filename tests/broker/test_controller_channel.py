@@ -16,7 +16,7 @@ from minibroker.net.server import Dispatcher, HandlerSpec, serve
 from minibroker.protocol.api import ApiKey
 from minibroker.testing.wait import until
 
-SECRET = "test-secret"
+SECRET = "test-secret-0123456789"
 
 
 class FakeController:
@@ -458,10 +458,10 @@ async def test_peers_without_an_endpoint_on_the_listener_is_broker_not_available
     peers.close()
 
 
-async def test_peers_with_a_wrong_secret_fail_with_cluster_authorization_failed(controller):
+async def test_peers_with_a_wrong_secret_fail_with_sasl_authentication_failed(controller):
     image = _peer_image(controller.port)
     peers = InterBrokerConnections(node_id=1, image=image, listener="INTERNAL", secret="wrong", max_frame_bytes=1 << 20)
     with pytest.raises(KafkaError) as e:
         await peers.get(2)
-    assert e.value.code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    assert e.value.code == ErrorCode.SASL_AUTHENTICATION_FAILED
     peers.close()

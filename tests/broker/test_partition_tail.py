@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from minibroker.broker.partition import Partition
-from minibroker.broker.tail import TailCache
+from minibroker.broker.tail import TailBudget, TailCache
 from minibroker.metadata import PartitionRecord
 from minibroker.records import build_batch, stamp
 from minibroker.replication import KAFKA
@@ -30,14 +30,29 @@ def test_reads_whole_chunks_from_an_exact_start_within_limit_and_size():
     assert t.read(6, 100, 6) is None
 
 
-def test_evicts_oldest_chunks_beyond_its_size_but_keeps_the_newest():
-    t = TailCache(max_bytes=4)
+def test_evicts_oldest_chunks_beyond_its_size_and_never_keeps_a_chunk_bigger_than_it():
+    t = TailCache(max_bytes=4, budget=TailBudget(100))
     t.on_append(0, 1, b"aa")
     t.on_append(1, 2, b"bb")
     t.on_append(2, 3, b"cc")
     assert t.read(0, 100, 3) is None and t.read(1, 100, 3) == b"bbcc"
     t.on_append(3, 4, b"dddddd")
-    assert len(t) == 1 and t.read(3, 100, 4) == b"dddddd"
+    assert len(t) == 0 and t.size == 0 and t.read(3, 100, 4) is None
+    t.on_append(4, 5, b"ee")
+    assert t.read(4, 100, 5) == b"ee"
+
+
+def test_caches_sharing_a_budget_hold_at_most_its_bytes_together():
+    budget = TailBudget(6)
+    a, b = TailCache(max_bytes=4, budget=budget), TailCache(max_bytes=4, budget=budget)
+    a.on_append(0, 1, b"aaaa")
+    b.on_append(0, 1, b"bbb")                   # would make 7: not kept
+    assert budget.used == 4 and b.read(0, 100, 1) is None
+    b.on_append(1, 2, b"bb")
+    assert budget.used == 6 and b.read(1, 100, 2) == b"bb"
+    a.truncate(0)
+    b.clear()
+    assert budget.used == 0
 
 
 def test_truncation_drops_chunks_at_or_above_the_new_end():

@@ -488,3 +488,30 @@ async def test_a_killed_follower_restarts_truncates_catches_up_and_rejoins_the_i
     assert mine["role"] == "follower" and mine["leo"] == 40
     assert await consume_all(c, "rejoin", 40) == [f"a{i}".encode() for i in range(20)] + \
         [f"b{i}".encode() for i in range(20)]
+
+
+async def test_a_broker_whose_log_dir_holds_0_1_batches_refuses_to_start_until_it_is_migrated(tmp_path):
+    import msgpack
+
+    from minibroker.records import encode_batch, stamp
+    c = Cluster(tmp_path, 1)
+    part = c.log_dir(1) / "t-0"
+    part.mkdir(parents=True)
+    payload = msgpack.packb([[0, 0, None, b"x", []], [1, 0, b"k", b"y", []]], use_bin_type=True)
+    (part / "00000000000000000000.log").write_bytes(
+        stamp(encode_batch(payload, record_count=2, first_timestamp=1, max_timestamp=1), 0, 0))
+    try:
+        c.brokers[1].start()
+        assert await c.brokers[1].wait_exit() == 1
+        out = c.brokers[1].output()
+        assert f"data dir {c.log_dir(1)} holds minibroker 0.1 batches" in out
+        assert f"minibroker storage migrate --log-dir {c.log_dir(1)}" in out and "Traceback" not in out
+        r = subprocess.run([sys.executable, "-m", "minibroker.cli", "storage", "migrate", "--log-dir",
+                            str(c.log_dir(1))], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and "1 segment(s), 1 batch(es), 2 record(s) converted" in r.stdout, r.stderr
+        c.controller.start()
+        await until(lambda: c._answers("127.0.0.1", c.controller_port), what="controller to listen")
+        c.brokers[1].start()
+        await c.wait_running(1)
+    finally:
+        c.close()

@@ -27,7 +27,7 @@ from minibroker.records import build_batch, iter_records
 from minibroker.storage import LogManager, PartitionLog
 from minibroker.testing.wait import until
 
-SECRET = "test-secret"
+SECRET = "test-secret-0123456789"
 TOPIC = "orders"
 
 BASE_CONFIG = {

@@ -242,11 +242,11 @@ def test_trace_wraps_the_trace_replayer():
 
 
 def test_cluster_down_stops_everything_and_up_starts_it_again(env):
-    ok(run(env, "topics", "create", "--topic", "durable", "--partitions", "1", "--replication-factor", "3"))
-    ok(run(env, "produce", "--topic", "durable", input=b"kept-1\nkept-2\n"))
+    ok(run(env, "topics", "create", "--topic", "restart", "--partitions", "1", "--replication-factor", "3"))
+    ok(run(env, "produce", "--topic", "restart", input=b"before-1\nbefore-2\n"))
     out = ok(run(env, "cluster", "down", "--timeout", "10"))
     assert "Cluster stopped" in out
     st = ok(run(env, "cluster", "status"))
     assert "running" not in st
     ok(run(env, "cluster", "up"))
-    assert ok(run(env, "consume", "--topic", "durable", "--from-beginning")) == "kept-1\nkept-2\n"
+    assert ok(run(env, "consume", "--topic", "restart", "--from-beginning")) == "before-1\nbefore-2\n"

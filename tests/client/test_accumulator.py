@@ -177,13 +177,15 @@ def test_has_room_tells_whether_the_open_batch_takes_a_record():
     assert not a.has_room(A0, 10)
 
 
-def test_rows_are_kept_in_the_record_batch_wire_form():
+def test_records_go_straight_into_the_batch_builder_and_are_encoded_once():
     from minibroker.client.producer import encode
     from minibroker.records import iter_records
     a = acc()
-    a.append(A0, b"k", b"v1", (("h", b"x"),), 1000, now_ms=0)
+    a.append(A0, b"k", b"v1", [("h", b"x")], 1000, now_ms=0)
     r = a.append(A0, None, b"v2", (), 1007, now_ms=0)
     recs = list(iter_records(encode(r.batch), with_headers=True))
     assert [(x.offset, x.timestamp, x.key, x.value, x.headers) for x in recs] == [
         (0, 1000, b"k", b"v1", (("h", b"x"),)), (1, 1007, None, b"v2", ())]
     assert r.batch.records[1] == (None, b"v2", 1007, ())
+    assert r.batch.timestamp(1) == 1007
+    assert encode(r.batch) is encode(r.batch) and r.batch.closed

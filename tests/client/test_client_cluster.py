@@ -3,6 +3,7 @@ import itertools
 
 import pytest
 
+from minibroker.protocol.api import ApiKey
 from minibroker.client import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Admin, Consumer, ErrorCode, KafkaError,
                                Producer, TopicPartition)
 from minibroker.testing.cluster import wait_for
@@ -184,3 +185,53 @@ async def test_replica_status_and_events_answer_from_every_broker(shared_cluster
             ev = await admin.events(shared_cluster.broker_address(b))
             assert ev["node_id"] == b and ev["events"]
         assert await admin.events(shared_cluster.controller_address)
+
+
+async def test_a_preferred_replica_missing_from_metadata_refreshes_it_and_reads_from_the_leader_meanwhile(
+        shared_cluster):
+    """Issue 9's client loop: the zone-b consumer's metadata was fetched while broker 2 (its
+    same-rack follower) was fenced, so it does not know 2 when leader 1 names it. One redirect,
+    one metadata refresh, records from the leader meanwhile (asked without the rack), then 2;
+    never a redirect loop (it was ~4,000 answers/s without records until the next refresh)."""
+    topic = await new_topic(shared_cluster, assignments=[[1, 2, 3]])
+    async with Producer(shared_cluster.bootstrap) as p:
+        for i in range(50):
+            await p.send(topic, b"%d" % i)
+        await p.flush()
+    tp = TopicPartition(topic, 0)
+    notes: list[str] = []
+    fetches: list[tuple[int, str, int, int]] = []    # (node, rack sent, preferred answered, bytes)
+    async with Consumer(shared_cluster.bootstrap, {"client.rack": "zone-b", "auto.offset.reset": "earliest",
+                                                   "metadata.max.age.ms": "600000"}) as c:
+        c.on_note = notes.append
+        cache, net = c.net.cache, c.net
+        real_update, real_request = cache.update, net.request
+
+        def stale_update(resp, now_ms):          # metadata as fetched while broker 2 was fenced
+            if not any(f[2] == 2 for f in fetches):
+                resp = {**resp, "brokers": [b for b in resp.get("brokers", ()) if b["node_id"] != 2]}
+            return real_update(resp, now_ms)
+
+        async def counting_request(node_id, api, body, **kw):
+            resp = await real_request(node_id, api, body, **kw)
+            if api == ApiKey.FETCH:
+                for t in resp.get("topics", ()):
+                    for e in t.get("partitions", ()):
+                        fetches.append((node_id, body.get("rack_id", ""), e.get("preferred_read_replica", -1),
+                                        len(e.get("records") or b"")))
+            return resp
+        cache.update, net.request = stale_update, counting_request
+        c.assign([tp])
+        recs = []
+        await wait_for(lambda: _poll_into(c, recs, 50), timeout_s=30, interval_s=0)
+        assert [r.value for r in recs] == [b"%d" % i for i in range(50)]
+
+        async def from_two():
+            await c.poll(timeout_ms=200)
+            return c.fetched_from(tp) == 2
+        await wait_for(from_two, timeout_s=30, interval_s=0, what="reading from broker 2")
+    redirects = [f for f in fetches if f[2] >= 0]
+    assert redirects == [(1, "zone-b", 2, 0)], fetches
+    assert any("preferred read replica 2 is not in our metadata" in n for n in notes), notes
+    first = fetches.index(redirects[0])
+    assert fetches[first + 1][:2] == (1, ""), fetches     # the leader again, without the rack: it serves records

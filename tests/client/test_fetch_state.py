@@ -63,6 +63,32 @@ def test_preferred_replica_missing_from_metadata_falls_back_to_the_leader():
     assert s.fetch_node(TP, 1, LEADER, lambda n: n != FOLLOWER) == LEADER
 
 
+def test_an_unknown_preferred_replica_refreshes_metadata_once_and_reads_from_the_leader_without_the_rack():
+    s = state()
+    s.seek(TP, 0)
+    s.on_data(TP, LEADER, next_offset=None, high_watermark=10, log_start_offset=0,
+              preferred_read_replica=FOLLOWER, now_ms=0)
+    node, with_rack, r = s.route(TP, 1, LEADER, lambda n: n != FOLLOWER)
+    assert (node, with_rack, r.refresh_metadata) == (LEADER, False, True)
+    assert "not in our metadata" in r.note
+    for t in range(2, 50):                             # until the refresh lands: no more refreshes asked
+        node, with_rack, r = s.route(TP, t, LEADER, lambda n: n != FOLLOWER)
+        assert (node, with_rack, r.refresh_metadata) == (LEADER, False, False)
+    node, with_rack, r = s.route(TP, 50, LEADER, known)  # the metadata now knows it
+    assert (node, with_rack, r.refresh_metadata) == (FOLLOWER, True, False)
+
+
+def test_a_known_preferred_replica_named_again_after_it_was_unknown_asks_for_a_new_refresh():
+    s = state()
+    s.seek(TP, 0)
+    s.on_data(TP, LEADER, next_offset=None, high_watermark=10, log_start_offset=0,
+              preferred_read_replica=FOLLOWER, now_ms=0)
+    s.route(TP, 1, LEADER, lambda n: n != FOLLOWER)
+    s.on_data(TP, LEADER, next_offset=None, high_watermark=10, log_start_offset=0,
+              preferred_read_replica=3, now_ms=2)
+    assert s.route(TP, 3, LEADER, lambda n: n != 3)[2].refresh_metadata
+
+
 def test_offset_out_of_range_from_preferred_replica_goes_back_to_leader_keeping_position():
     s = state()
     s.seek(TP, 5)

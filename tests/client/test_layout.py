@@ -7,7 +7,7 @@ HOSTS = [f"127.0.0.{i}" for i in range(1, 10)]
 
 def well_known(proxied=True, **kw):
     return plan("/d", brokers=3, hosts=HOSTS, controller_host="127.0.0.1", port_for=lambda h, d: d,
-                proxied=proxied, secret="s", **kw)
+                proxied=proxied, **kw)
 
 
 def test_well_known_layout_puts_brokers_on_loopback_aliases_port_9092():

@@ -280,7 +280,8 @@ async def test_bad_requests_get_errors_and_the_controller_keeps_serving(tmp_path
 
 def test_run_serves_until_sigterm_and_exits_cleanly(tmp_path):
     env = {**os.environ, "MINIBROKER_LISTENERS": "CONTROLLER://127.0.0.1:0",
-           "MINIBROKER_METADATA_LOG_DIR": str(tmp_path / "meta"), "MINIBROKER_NODE_ID": "3"}
+           "MINIBROKER_METADATA_LOG_DIR": str(tmp_path / "meta"), "MINIBROKER_NODE_ID": "3",
+           "MINIBROKER_CLUSTER_SECRET": SECRET}
     proc = subprocess.Popen([sys.executable, "-c",
                              "from minibroker.config import Config\n"
                              "from minibroker.controller.main import run\n"

@@ -1,5 +1,7 @@
 from dataclasses import replace
 
+import pytest
+
 from minibroker.controller.state import ControllerState
 from minibroker.errors import ErrorCode
 from minibroker.metadata import NO_LEADER, RECOVERED, RECOVERING, BrokerRecord, PartitionRecord, TopicRecord
@@ -89,6 +91,25 @@ def test_a_liveness_gap_of_the_controller_itself_restarts_sessions_instead_of_fe
     h.heartbeat(1)
     h.tick()
     assert h.state.cluster.brokers[2].fenced and not h.state.cluster.brokers[1].fenced
+
+
+def test_a_tick_that_raises_hands_every_applied_record_to_take_partial():
+    """The driver's timer calls `tick`; should a periodic task raise (a bug) after a fencing was
+    applied, `take_partial` still returns that fencing's records so the driver persists them."""
+    h = Harness()
+    h.start(1, 2)
+    h.advance(SESSION_MS + 12)
+    h.heartbeat(1)
+
+    def broken(now_ms):
+        raise RuntimeError("bug")
+    h.state.due_periodic_tasks = lambda now_ms: [broken]
+    with pytest.raises(RuntimeError):
+        h.state.tick(h.now)
+    partial = h.state.take_partial()
+    assert h.state.cluster.brokers[2].fenced
+    assert [e.kind for e in partial.events if e.kind == "fenced"] == ["fenced"] and partial.records
+    assert h.state.take_partial().records == []
 
 
 def test_only_one_stale_broker_is_fenced_per_check_oldest_first():

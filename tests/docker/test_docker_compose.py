@@ -128,7 +128,12 @@ def test_compose_cluster_survives_follower_and_leader_kills(project: ComposeProj
         took = project.up_wait(CLUSTER, timeout=180)
         step(f"compose up: healthy after {took:.1f}s")
         volumes = project.leftovers()
-        assert sum(v.startswith("volume") for v in volumes) == 4, volumes
+        assert sum(v.startswith("volume") for v in volumes) == 5, volumes     # 4 data + cluster-secret
+        # No built-in secret: the one-shot `secret` service generated one, 0600, not in any environment.
+        mode = project("exec", "-T", "controller", "python", "-c",
+                       "import os; print(oct(os.stat('/var/lib/minibroker-secret/cluster.secret').st_mode & 0o777))",
+                       timeout=60).stdout.strip()
+        assert mode == "0o600", mode
 
         cli.create_topic("orders", partitions=1, replication_factor=3, min_isr=2,
                          bootstrap="localhost:19092")

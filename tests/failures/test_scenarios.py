@@ -13,6 +13,7 @@ import shutil
 import pytest
 
 from minibroker.client.types import TopicPartition
+from minibroker.net.sasl import AUTH_FRAMES
 from minibroker.storage.manager import CLEAN_SHUTDOWN_FILE
 from minibroker.verify.checker import Ack, Failure, Read, Report, check, compare_replicas
 from minibroker.verify.replicas import ReplicaDirs, read_partition, read_segment_batches
@@ -265,7 +266,7 @@ async def test_s8_follower_below_the_new_leaders_epoch_start_does_not_join_the_i
         epoch0 = b["leader_epoch"]
 
         c.block(3, 2)                              # drop any live C->B connection, then hold
-        c.hold(3, 2, "responses", after=1)         # every answer after authentication
+        c.hold(3, 2, "responses", after=AUTH_FRAMES)   # every answer after authentication
         c.unblock(3, 2)
         c.unblock(3, 1)
         c.unblock(1, 3)

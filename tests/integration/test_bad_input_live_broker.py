@@ -119,3 +119,24 @@ async def test_produce_to_an_unknown_topic_and_bad_acks_are_refused_by_name(topi
         {"topic": "bad", "partitions": [{"partition": 0, "records": batch}]}]})
     assert resp["topics"][0]["partitions"][0]["error"] == ErrorCode.INVALID_REQUIRED_ACKS
     assert await check_still_serving(topic) == 10
+
+
+async def leader_leo_hw(c):
+    async with Admin(c.bootstrap) as admin:
+        resp = await admin.replica_status(leader_addr(c), ["bad"])
+    (p,) = resp["partitions"]
+    return p["leo"], p["hw"]
+
+
+async def test_a_77_byte_batch_claiming_2_pow_31_minus_1_records_is_refused_and_the_leo_does_not_move(topic):
+    from minibroker.testing.batches import batch_of, raw_record
+    n = 2**31 - 1
+    batch = batch_of([raw_record(0, 0, None, b"x" * 9)], record_count=n, last_offset_delta=n - 1)
+    assert len(batch) == 77
+    before = await leader_leo_hw(topic)
+    resp = await request(topic, ApiKey.PRODUCE, {"acks": -1, "timeout_ms": 5000, "topics": [
+        {"topic": "bad", "partitions": [{"partition": 0, "records": batch}]}]})
+    (part,) = resp["topics"][0]["partitions"]
+    assert part["error"] == ErrorCode.INVALID_RECORD and "records do not match the header" in part["message"]
+    assert await leader_leo_hw(topic) == before == (10, 10)
+    assert await check_still_serving(topic) == 10

@@ -12,6 +12,29 @@ KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 needs_kcat = pytest.mark.skipif(KCAT is None, reason="kcat is not installed (Debian: apt-get install -y kcat)")
 
 
+def consume(bs: str, topic: str, partitions: int, expect: int, conf: dict | None = None) -> list:
+    """Read `expect` records from every partition's start with confluent-kafka's
+    assign() (no group): [(key, value, partition, offset)] in arrival order."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    from minibroker.testing.wait import until_sync
+    c = Consumer({"bootstrap.servers": bs, "group.id": "assign-only", "enable.auto.commit": False,
+                  "enable.partition.eof": False, **(conf or {})})
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    got: list = []
+
+    def more():
+        for m in c.consume(num_messages=10_000, timeout=0.5):
+            assert m.error() is None, m.error()
+            got.append((m.key(), m.value(), m.partition(), m.offset()))
+        return len(got) >= expect
+    try:
+        until_sync(more, f"{expect} records from {topic}", timeout_s=120, interval_s=0)
+    finally:
+        c.close()
+    return got
+
+
 def create_topic(c: LocalCluster, name: str, partitions: int = 1, rf: int = 3,
                  configs: dict[str, str] | None = None) -> None:
     """Create a topic through confluent-kafka's AdminClient on the Kafka listener."""
@@ -20,3 +43,51 @@ def create_topic(c: LocalCluster, name: str, partitions: int = 1, rf: int = 3,
     fs = admin.create_topics([NewTopic(name, partitions, rf, config=configs or {})], operation_timeout=30)
     for f in fs.values():
         f.result(timeout=60)
+
+
+class RawKafka:
+    """A blocking Kafka-protocol connection built on kafka-python's message
+    classes (the client side of the same generated codec), for rules that
+    need exact requests: versions, replica ids, acks=0, pipelining."""
+
+    def __init__(self, addr: str, timeout_s: float = 30.0) -> None:
+        import socket
+        host, port = addr.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout_s)
+        self.cid = 0
+
+    def send(self, req) -> int:
+        self.cid += 1
+        req.with_header(correlation_id=self.cid, client_id="raw-test")
+        self.sock.sendall(bytes(req.encode(header=True, framed=True)))
+        return self.cid
+
+    def recv(self, resp_cls, version: int):
+        import struct
+        size = struct.unpack(">i", self._read(4))[0]
+        return resp_cls.decode(self._read(size), version=version, header=True)
+
+    def closed_by_peer(self) -> bool:
+        """True once the broker closed the connection (EOF), False if it answered."""
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+    def _read(self, n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("connection closed by the broker")
+            buf += chunk
+        return buf
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> RawKafka:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

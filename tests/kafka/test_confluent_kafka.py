@@ -9,12 +9,12 @@ import threading
 import pytest
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import KafkaError, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, ConfigResource  # noqa: E402
 
 from minibroker.client import Admin  # noqa: E402
 from minibroker.testing.wait import until_sync  # noqa: E402
-from kafkatests import create_topic  # noqa: E402
+from kafkatests import consume, create_topic  # noqa: E402
 
 pytestmark = pytest.mark.cluster
 
@@ -41,25 +41,6 @@ def produce(bs: str, topic: str, n: int, conf: dict | None = None) -> tuple[list
             p.poll(0)
     assert p.flush(120) == 0
     return acked, errors
-
-
-def consume(bs: str, topic: str, partitions: int, expect: int, conf: dict | None = None) -> list:
-    """Read `expect` records from every partition's start with assign() (no group)."""
-    c = Consumer({"bootstrap.servers": bs, "group.id": "assign-only", "enable.auto.commit": False,
-                  "enable.partition.eof": False, **(conf or {})})
-    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-    got: list = []
-
-    def more():
-        for m in c.consume(num_messages=10_000, timeout=0.5):
-            assert m.error() is None, m.error()
-            got.append((m.key(), m.value(), m.partition(), m.offset()))
-        return len(got) >= expect
-    try:
-        until_sync(more, f"{expect} records from {topic}", timeout_s=120, interval_s=0)
-    finally:
-        c.close()
-    return got
 
 
 def test_acks_all_producer_and_assign_consumer_round_trip_100k_records_exactly(shared_cluster):
@@ -97,6 +78,15 @@ def test_admin_client_creates_and_describes_topics_and_configs(shared_cluster):
     assert configs["min.insync.replicas"].value == "2"
     assert not configs["min.insync.replicas"].is_default
     assert configs["retention.ms"].value == "604800000"
+    cluster = admin.describe_cluster().result(timeout=30)
+    assert sorted(n.id for n in cluster.nodes) == [1, 2, 3]
+    topics = admin.describe_topics(confluent_kafka.TopicCollection(["cf-admin"]))
+    assert len(topics["cf-admin"].result(timeout=30).partitions) == 4
+    # Each partition is led by its preferred replica already: Kafka's ELECTION_NOT_NEEDED.
+    elected = admin.elect_leaders(confluent_kafka.ElectionType.PREFERRED,
+                                  [TopicPartition("cf-admin", 0)]).result(timeout=30)
+    (err,) = elected.values()
+    assert err is not None and err.code() == KafkaError.ELECTION_NOT_NEEDED
 
 
 def test_acks_all_refused_with_not_enough_replicas_below_min_isr_and_leader_leo_unchanged(shared_cluster):
@@ -170,3 +160,13 @@ def test_every_acknowledged_record_survives_a_leader_kill_mid_stream(shared_clus
     finally:
         c.start_broker(leader)
         c.wait_running_sync(60)
+
+
+def test_a_producer_to_an_unknown_topic_creates_it_as_kafka_does_by_default(shared_cluster):
+    """auto.create.topics.enable=true (Kafka's default): num.partitions, default.replication.factor."""
+    c = shared_cluster
+    acked, errors = produce(c.kafka_bootstrap, "cf-auto", 3)
+    assert errors == [] and len(acked) == 3
+    md = AdminClient({"bootstrap.servers": c.kafka_bootstrap}).list_topics("cf-auto", timeout=30)
+    assert len(md.topics["cf-auto"].partitions) == 1
+    assert consume(c.kafka_bootstrap, "cf-auto", 1, 3) == acked

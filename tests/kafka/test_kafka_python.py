@@ -58,3 +58,27 @@ def test_kafka_python_idempotent_producer_and_assigned_consumer_round_trip_100k_
         c.close()
     assert set(got) == acked
     assert sorted(v for _k, v in got.values()) == sorted(b"v%d" % i for i in range(N))
+
+
+def test_kafka_python_subscribe_without_a_group_reads_every_partition(shared_cluster):
+    bs = shared_cluster.kafka_bootstrap
+    admin = KafkaAdminClient(bootstrap_servers=bs)
+    admin.create_topics([NewTopic("kp-sub", 3, 3)])
+    admin.close()
+    p = KafkaProducer(bootstrap_servers=bs, acks="all")
+    for i in range(300):
+        p.send("kp-sub", value=b"s%d" % i)
+    p.flush(60)
+    p.close()
+    c = KafkaConsumer("kp-sub", bootstrap_servers=bs, group_id=None, auto_offset_reset="earliest")
+    got = set()
+
+    def more():
+        for recs in c.poll(timeout_ms=500).values():
+            got.update(r.value for r in recs)
+        return len(got) >= 300
+    try:
+        until_sync(more, "300 records through subscribe()", timeout_s=60, interval_s=0)
+    finally:
+        c.close()
+    assert got == {b"s%d" % i for i in range(300)}

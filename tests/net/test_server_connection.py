@@ -71,7 +71,7 @@ async def test_privileged_api_refused_without_secret_and_allowed_with_it():
     assert resp["error"] == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
     with pytest.raises(KafkaError) as e:
         await Connection.open("127.0.0.1", port, secret="wrong")
-    assert e.value.code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    assert e.value.code == ErrorCode.SASL_AUTHENTICATION_FAILED
     auth = await Connection.open("127.0.0.1", port, secret="s3cret")
     resp = await auth.request(ApiKey.ALTER_PARTITION, {"broker_id": 1, "broker_epoch": 1, "topics": []})
     assert resp.get("error", 0) == 0

@@ -40,10 +40,10 @@ def abandon(log) -> None:
     """Drop a log the way a killed process would: close fds, flush nothing."""
     import os
     for seg in log._segments:
-        for fd in (seg.fd, seg.index.fd, seg.time_index.fd):
-            if fd >= 0:
-                os.close(fd)
-        seg.fd = seg.index.fd = seg.time_index.fd = -1
+        for f in (seg, seg.index, seg.time_index):
+            if f._fd >= 0:
+                os.close(f._fd)
+            f._fd, f._closed = -1, True
     log._closed = True
 
 

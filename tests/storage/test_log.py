@@ -584,3 +584,21 @@ def test_sequential_read_hints_never_change_what_a_read_returns(tmp_path_factory
         if got:
             cursor = list(scan_headers(got))[-1].last_offset + 1
     abandon(log)
+
+
+def test_only_the_active_segment_and_the_last_read_inactive_one_hold_open_files(tmp_path):
+    log = open_log(tmp_path, segment_bytes=200, index_interval_bytes=1)
+    for i in range(12):
+        log.append_as_leader(build_batch([b"v%03d" % i + bytes(100)]), 0)
+    segs = log._segments
+    assert len(segs) >= 6
+    assert [s.holds_fds for s in segs[:-1]] == [0] * (len(segs) - 1)
+    assert log.read(0, 1 << 20)                        # reads the first segment
+    assert segs[0].holds_fds and sum(1 for s in segs[:-1] if s.holds_fds) == 1
+    assert log.read(segs[2].base_offset, 1 << 20)      # another one: the first is released
+    assert not segs[0].holds_fds and segs[2].holds_fds
+    log.close()
+    reopened = open_log(tmp_path, segment_bytes=200, index_interval_bytes=1)
+    assert sum(s.holds_fds for s in reopened._segments) == 0      # nothing open until used
+    assert reopened.log_end_offset == 12
+    reopened.close()

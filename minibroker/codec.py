@@ -1,0 +1,130 @@
+"""Compression codecs of Kafka's record batches, and bounded decompression.
+
+Owns the codec ids of a batch's attributes (bits 0-2), their names as
+Kafka's `compression.type` spells them, and `decompress_bounded`, which the
+broker uses to look inside a compressed batch without letting a small batch
+expand into unbounded memory (a "decompression bomb"). Must not know about
+batch headers or records: it maps bytes to bytes.
+
+The encodings are Kafka's: gzip (RFC 1952, one or more members), snappy in
+xerial's block framing (Kafka's `SnappyOutputStream`; a bare raw snappy
+block is also read, as Kafka's clients do), lz4 frames (KIP-57) and zstd
+frames. `cramjam` does snappy, lz4 and zstd; gzip is the standard
+library's zlib. The client-side encoder is aiokafka's batch builder, which
+uses the same libraries.
+"""
+from __future__ import annotations
+
+import mmap
+import struct
+import zlib
+
+import cramjam
+
+NONE = 0
+GZIP = 1
+SNAPPY = 2
+LZ4 = 3
+ZSTD = 4
+CODEC_MASK = 0x07
+
+NAMES: dict[str, int] = {"none": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD}
+CODEC_NAMES: dict[int, str] = {v: k for k, v in NAMES.items()}
+
+_XERIAL_HEADER = b"\x82SNAPPY\x00"
+_XERIAL_HEADER_SIZE = 16
+_I32 = struct.Struct(">i")
+
+
+class DecompressedTooLarge(Exception):
+    """The payload expands beyond the allowed size."""
+
+
+class BadCompressedData(Exception):
+    """The payload is not valid data for its codec."""
+
+
+def codec_id(name: str | None) -> int:
+    """Kafka's `compression.type` value (none, gzip, snappy, lz4, zstd) -> codec id."""
+    key = (name or "none").strip().lower()
+    if key not in NAMES:
+        raise ValueError(f"compression.type must be one of {', '.join(NAMES)}, not {name!r}")
+    return NAMES[key]
+
+
+def decompress_bounded(codec: int, data: bytes | bytearray | memoryview, limit: int) -> bytes:
+    """Decompress `data` written with `codec`, refusing to produce more than
+    `limit` bytes: raises DecompressedTooLarge as soon as the output would
+    pass it (the work done is bounded by `limit`, not by what the data
+    claims), BadCompressedData for anything the codec cannot read."""
+    if codec == GZIP:
+        return _gunzip(data, limit)
+    if codec == SNAPPY:
+        return _unsnappy(memoryview(data), limit)
+    if codec in (LZ4, ZSTD):
+        return _into_bounded(cramjam.lz4 if codec == LZ4 else cramjam.zstd, data, limit)
+    raise BadCompressedData(f"unknown compression codec {codec}")
+
+
+def _gunzip(data: bytes | bytearray | memoryview, limit: int) -> bytes:
+    out: list[bytes] = []
+    total = 0
+    rest: bytes | bytearray | memoryview = data
+    while True:
+        d = zlib.decompressobj(wbits=31)
+        try:
+            chunk = d.decompress(rest, limit - total + 1)
+        except zlib.error as exc:
+            raise BadCompressedData(f"gzip: {exc}") from None
+        total += len(chunk)
+        if total > limit or d.unconsumed_tail:
+            raise DecompressedTooLarge(f"gzip data expands beyond {limit} bytes")
+        if not d.eof:
+            raise BadCompressedData("gzip: truncated stream")
+        out.append(chunk)
+        rest = d.unused_data
+        if not rest:
+            return b"".join(out)
+
+
+def _unsnappy(mv: memoryview, limit: int) -> bytes:
+    try:
+        if len(mv) > _XERIAL_HEADER_SIZE and mv[:8] == _XERIAL_HEADER:
+            blocks: list[memoryview] = []
+            total = 0
+            pos = _XERIAL_HEADER_SIZE
+            while pos < len(mv):
+                if len(mv) - pos < 4:
+                    raise BadCompressedData("snappy: truncated xerial block length")
+                n = _I32.unpack_from(mv, pos)[0]
+                pos += 4
+                if n < 0 or pos + n > len(mv):
+                    raise BadCompressedData(f"snappy: xerial block of {n} bytes runs past the data")
+                block = mv[pos:pos + n]
+                total += cramjam.snappy.decompress_raw_len(block)
+                if total > limit:
+                    raise DecompressedTooLarge(f"snappy data expands beyond {limit} bytes")
+                blocks.append(block)
+                pos += n
+            return b"".join(bytes(cramjam.snappy.decompress_raw(b)) for b in blocks)
+        if cramjam.snappy.decompress_raw_len(mv) > limit:
+            raise DecompressedTooLarge(f"snappy data expands beyond {limit} bytes")
+        return bytes(cramjam.snappy.decompress_raw(mv))
+    except cramjam.DecompressionError as exc:
+        raise BadCompressedData(f"snappy: {exc}") from None
+
+
+def _into_bounded(mod, data: bytes | bytearray | memoryview, limit: int) -> bytes:  # type: ignore[no-untyped-def]
+    # An anonymous mapping costs nothing until written, so a `limit`-byte
+    # output buffer is cheap; the codec stops with an error when it is full.
+    with mmap.mmap(-1, limit + 1) as out:
+        try:
+            n = mod.decompress_into(data, out)
+        except cramjam.DecompressionError as exc:
+            if "whole buffer" in str(exc):
+                raise DecompressedTooLarge(f"{mod.__name__.rsplit('.', 1)[-1]} data expands beyond "
+                                           f"{limit} bytes") from None
+            raise BadCompressedData(f"{mod.__name__.rsplit('.', 1)[-1]}: {exc}") from None
+        if n > limit:
+            raise DecompressedTooLarge(f"data expands beyond {limit} bytes")
+        return out[:n]

@@ -50,7 +50,7 @@ from minibroker.verify.checker import Read
 from minibroker.verify.replicas import read_partition
 
 TOPIC = "t"
-SECRET = "sim-secret"
+SECRET = "simulated-cluster-secret"  # fixed: the simulation is deterministic, and nothing leaves the process
 EPOCH_MS = 1_700_000_000_000        # virtual wall clock at t=0
 
 

@@ -524,7 +524,8 @@ class PartitionLeader:
 
     def on_min_isr_changed(self, min_isr: int, now_ms: int) -> Decision:
         """A topic or dynamic broker config set min.insync.replicas (kafka-configs --alter):
-        effective for the next acks=all append and the under-min-ISR checks."""
+        effective for the next acks=all append and the under-min-ISR checks; a lower value
+        may release a HW the strict min ISR rule (H2) had frozen, so the HW is recomputed."""
         if min_isr < 1:
             raise ValueError("min_isr must be >= 1")
         d = self._begin()
@@ -532,6 +533,7 @@ class PartitionLeader:
             self._emit(d, "min_isr_changed", now_ms, self.min_isr, min_isr,
                        f"min.insync.replicas {self.min_isr} -> {min_isr} (config change)")
             self.min_isr = min_isr
+            self._maybe_increment_hw(d, now_ms, "min.insync.replicas changed")
         return self._finish(d)
 
     def on_metadata(

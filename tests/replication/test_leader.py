@@ -939,3 +939,11 @@ def test_the_leaders_own_broker_epoch_in_an_isr_proposal_is_the_current_registra
     lead = make(profile)
     assert lead.isr_with_broker_epochs([1, 2], 42)[0] == (1, 42)
     assert lead.isr_with_broker_epochs([1, 2])[0] == (1, lead.broker_epoch)
+
+
+def test_lowering_min_isr_at_runtime_releases_a_frozen_hw() -> None:
+    lead = make(KAFKA, isr=[1], leo=10, hw=10, min_isr=2)
+    append(lead, 1, 0)
+    assert lead.hw == 10                                   # frozen: ISR 1 < min ISR 2 (X2)
+    d = lead.on_min_isr_changed(1, 5)
+    assert d.hw_moved and lead.hw == 11

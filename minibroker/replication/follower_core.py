@@ -167,6 +167,9 @@ class PartitionFollower:
     # Invariant: the (divergence, local leo, local latest epoch) of the last truncation asked for.
     _last_divergence: tuple[int, int, int, int] | None = None
     answers: int = 0
+    # Invariant: the leader's HW in the last error-free answer (-1 before one); the
+    # follower's lag as Kafka's FetcherLagMetrics reports it is max(0, leader_hw - LEO).
+    leader_hw: int = UNDEFINED
 
     # ------------------------------------------------------------ queries
 
@@ -194,6 +197,7 @@ class PartitionFollower:
             "failed": self.failed, "backing_off": self.delayed_until_ms > now_ms, "last_error": self.last_error,
             "stuck": self.stuck is not None, "stuck_reason": self.stuck_reason,
             "stuck_count": 0 if self.stuck is None else self.stuck.count,
+            "leader_hw": self.leader_hw,
         }
 
     # ------------------------------------------------------------ events in
@@ -214,6 +218,7 @@ class PartitionFollower:
                 return self._on_divergence(answer.diverging_epoch, log, now_ms)
             self.truncating_rounds = 0
             self._last_divergence = None
+            self.leader_hw = answer.high_watermark
             if self.last_error:
                 self.last_error = 0
             if answer.has_records:

@@ -193,3 +193,11 @@ def test_a_transport_error_delays_without_an_error_code():
     c = core()
     c.on_transport_error(T)
     assert c.phase(T) is FetchPhase.DELAYED and c.last_error == 0 and c.is_ready(T + BACKOFF)
+
+
+def test_the_status_keeps_the_leaders_hw_of_the_last_good_answer_for_the_fetcher_lag_metric():
+    c = core()
+    assert c.status(T)["leader_hw"] == -1
+    log = sent(c, LogView(3, 0, ((0, 0),)))
+    c.on_fetch_answer(FetchAnswer(high_watermark=7, log_start_offset=0, has_records=True), log, T)
+    assert c.status(T)["leader_hw"] == 7

@@ -44,3 +44,25 @@ def test_kcat_acks_all_produce_and_consume_round_trip_10k_keyed_records_exactly(
     assert r.returncode == 0, r.stderr
     got = r.stdout.splitlines()
     assert sorted(got) == sorted(lines)
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_kcat_reads_minibrokers_compressed_batches_exactly(shared_cluster, codec):
+    import asyncio
+
+    from minibroker.client import Producer
+    c = shared_cluster
+    topic = f"kc-mb-{codec}"
+    create_topic(c, topic)
+    values = [b"%s-%d" % (codec.encode(), i) for i in range(300)]
+
+    async def write():
+        async with Producer(c.bootstrap, {"acks": "all", "compression.type": codec, "linger.ms": "20"}) as p:
+            futs = [await p.send(topic, v) for v in values]
+            await p.flush()
+            for f in futs:
+                await f
+    asyncio.run(write())
+    r = kcat("-b", c.kafka_bootstrap, "-C", "-t", topic, "-e", "-q")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [v.decode() for v in values]

@@ -1,0 +1,85 @@
+"""`minibroker bench produce --compare-ceiling PATH`: run a replication-ceiling script in the
+same sitting and print minibroker's figures as ratios to it.
+
+The ceiling script (any path; the project never ships or imports it) is run as
+`python PATH all --runs R --seconds S --fsync 0`; it prints one JSON line per case
+and run (`{"run", "case", "rec_s", "p50_us", "p99_us", ...}`). This module only
+runs it, takes the median per case and divides."""
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from minibroker.bench.produce import BenchResult, pct
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """Median figures of each ceiling case (records/s, p50 and p99 in us)."""
+    rec_s: dict[str, float]
+    p50_us: dict[str, float]
+    p99_us: dict[str, float]
+
+    def case(self, prefix: str) -> str | None:
+        return next((c for c in self.rec_s if c.startswith(prefix)), None)
+
+
+def parse_ceiling(lines: list[str]) -> Ceiling:
+    """The JSON lines a ceiling run printed (other lines are ignored)."""
+    runs: dict[str, list[dict[str, float]]] = defaultdict(list)
+    for line in lines:
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and "case" in row and "rec_s" in row:
+            runs[str(row["case"])].append(row)
+
+    def med(key: str) -> dict[str, float]:
+        return {c: statistics.median(float(r.get(key, 0.0)) for r in rs) for c, rs in runs.items()}
+    return Ceiling(med("rec_s"), med("p50_us"), med("p99_us"))
+
+
+def run_ceiling(path: str, runs: int, seconds: float, out: Callable[[str], None]) -> Ceiling:
+    """Run the ceiling script to the end and parse what it printed."""
+    cmd = [sys.executable, path, "all", "--runs", str(runs), "--seconds", str(seconds), "--fsync", "0"]
+    out("ceiling: " + " ".join(cmd[1:]))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=runs * 6 * (seconds + 40) + 60)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the ceiling script failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
+    ceiling = parse_ceiling(proc.stdout.splitlines())
+    if not ceiling.rec_s:
+        raise RuntimeError("the ceiling script printed no JSON result lines")
+    return ceiling
+
+
+def ratio_lines(res: BenchResult, ceiling: Ceiling) -> list[str]:
+    """minibroker's figures over the ceiling's matching cases (issue 13's goals)."""
+    lines = []
+    for prefix in ("blob 100 ", "blob 1000 "):
+        case = ceiling.case(prefix)
+        if case and ceiling.rec_s[case] and res.batched_seconds:
+            lines.append(f"ratio batched / ceiling '{case}': {res.batched_rate:,.0f} / "
+                         f"{ceiling.rec_s[case]:,.0f} = {res.batched_rate / ceiling.rec_s[case]:.2f}")
+    case = ceiling.case("awaited")
+    if case and res.latencies_ms:
+        lat = res.latencies_ms
+        rate = len(lat) / (sum(lat) / 1000)
+        p50, p99 = statistics.median(lat) * 1000, pct(lat, 0.99) * 1000
+        lines.append(f"ratio awaited rate / ceiling: {rate:,.0f} / {ceiling.rec_s[case]:,.0f} = "
+                     f"{rate / ceiling.rec_s[case]:.2f}")
+        if ceiling.p50_us[case]:
+            lines.append(f"ratio awaited p50 / ceiling p50: {p50:,.0f} us / {ceiling.p50_us[case]:,.0f} us = "
+                         f"{p50 / ceiling.p50_us[case]:.2f}x")
+        if ceiling.p99_us[case]:
+            lines.append(f"ratio awaited p99 / ceiling p99: {p99:,.0f} us / {ceiling.p99_us[case]:,.0f} us = "
+                         f"{p99 / ceiling.p99_us[case]:.2f}x")
+    return lines

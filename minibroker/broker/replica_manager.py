@@ -71,6 +71,7 @@ class _LocalAppend:
     entry: dict[str, Any]
     part: Partition | None = None
     next_offset: int = -1
+    core: PartitionLeader | None = None     # the leader core that took the append
 
 
 def _produce_entry(partition: int, code: int, message: str = "") -> dict[str, Any]:
@@ -565,7 +566,7 @@ class ReplicaManager:
         if self.purgatory.watching(key):
             self.purgatory.on_append(key, len(records))
         self._apply(part, d, now)
-        return _LocalAppend(entry, part, last + 1)
+        return _LocalAppend(entry, part, last + 1, core)
 
     def _maybe_delay_produce(self, acks: int, appended: list[_LocalAppend], now: int
                              ) -> tuple[DelayedProduce | None, list[tuple[PartitionLeader, Any]]]:
@@ -576,9 +577,14 @@ class ReplicaManager:
         delayed = DelayedProduce()
         registered: list[tuple[PartitionLeader, Any]] = []
         for r in appended:
-            part = r.part
-            core = part.core if part is not None else None
+            part, core = r.part, r.core
             if part is None or core is None:
+                continue
+            if part.core is not core:
+                # Leadership moved while the request yielded to the loop, before this waiter
+                # existed to be failed: not acknowledged (Kafka's checkEnoughReplicasReachOffset).
+                r.entry["error"] = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                r.entry["message"] = "leadership moved before the write was replicated"
                 continue
             w = delayed.add(r.entry, part.key)
             registered.append((core, w))

@@ -431,3 +431,22 @@ async def test_flush_timer_rewrites_the_recovery_point_checkpoint_soon_after_a_t
     await broker.rm._flush_due()
     assert rp_file.read() == {(T, 0): 1}
     assert not lg.recovery_point_lowered
+
+
+async def test_acks_all_is_not_acknowledged_when_leadership_moves_while_the_produce_yields(broker):
+    """A Produce yields to the loop every REQUEST_SLICE partitions; if metadata makes another
+    broker leader of an already appended partition meanwhile, that partition's acks=all entry
+    answers NOT_LEADER_OR_FOLLOWER (no waiter existed yet to be failed), never success."""
+    from minibroker.broker.replica_manager import REQUEST_SLICE
+    n = REQUEST_SLICE + 1
+    broker.setup(replicas=(1, 2), isr=(1,), partitions=n)
+    body = {"acks": -1, "timeout_ms": 2000, "topics": [{"topic": T, "partitions": [
+        {"partition": p, "records": build_batch([b"v"])} for p in range(n)]}]}
+    task = asyncio.ensure_future(broker.rm.handle_produce(broker.ctx, body))
+    asyncio.get_running_loop().call_soon(
+        broker.publish, PartitionRecord(T, 0, (1, 2), (2,), 2, 1, 1))        # runs during the first yield
+    resp = await task
+    parts = {e["partition"]: e for e in resp["topics"][0]["partitions"]}
+    assert parts[0]["error"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert all(parts[p]["error"] == 0 for p in range(1, n))
+    assert broker.part(0).role == "follower"

@@ -11,6 +11,7 @@ from minibroker.cli.api_versions import broker_api_versions
 from minibroker.cli.cluster import cluster
 from minibroker.cli.configs import configs
 from minibroker.cli.consume import consume
+from minibroker.cli.consumer_groups import consumer_groups
 from minibroker.cli.election import leader_election
 from minibroker.cli.health import health
 from minibroker.cli.offsets import offsets
@@ -31,7 +32,7 @@ def cli() -> None:
     """minibroker: a Kafka-style replicated broker for learning and testing Kafka's replication."""
 
 
-for command in (topics, produce, consume, offsets, configs, leader_election, broker_api_versions, metadata_quorum,
+for command in (topics, produce, consume, consumer_groups, offsets, configs, leader_election, broker_api_versions, metadata_quorum,
                 watch, health, cluster, controller, broker, trace, verify, sim, storage, secret):
     cli.add_command(command)
 

@@ -48,6 +48,9 @@ def test_consume_group_commits_and_resumes_and_describe_shows_lag_against_the_hi
     # A restarted member starts at the committed offsets: it gets the other six, none twice.
     rest = ok(run(c, "consume", "--topic", "cg", "--group", "cli-g")).split()
     assert sorted(got_first + rest) == sorted(f"v{i}" for i in range(10))
+    # watch shows the offsets topic's partitions and an event per coordinator load.
+    frame = ok(run(c, "watch", "--once", "--events", "200", "--all-events"))
+    assert "__consumer_offsets-0 " in frame and "coordinator_load" in frame
     assert ok(run(c, "consumer-groups", "--list")).split().count("cli-g") == 1
     dry = run(c, "consumer-groups", "--reset-offsets", "--group", "cli-g", "--topic", "cg", "--to-earliest")
     assert "WARN: No action will be performed" in ok(dry)

@@ -93,7 +93,8 @@ _CLASSES: dict[Api, tuple[Any, Any]] = {
 # DescribeConfigs are capped where the clients in docs/kafka-compat.md stop;
 # OffsetCommit 9+ / OffsetFetch 8+ carry KIP-848 member epochs and batched
 # groups, ListGroups 5 group types, DescribeGroups 6 error messages we do not
-# fill; group APIs' floors are Kafka 4.0's: JoinGroup 2, OffsetCommit 2, OffsetFetch 1).
+# fill; group APIs' floors are Kafka 4.1's: OffsetCommit 2, OffsetFetch 1, JoinGroup 0 (put back for
+# librdkafka < 2.11, whose balanced consumer needs JoinGroup v0 in range, KAFKA-19444)).
 SERVED: dict[Api, tuple[int, int]] = {
     Api.PRODUCE: (3, 9),
     Api.FETCH: (4, 12),
@@ -102,7 +103,7 @@ SERVED: dict[Api, tuple[int, int]] = {
     Api.OFFSET_COMMIT: (2, 8),
     Api.OFFSET_FETCH: (1, 7),
     Api.FIND_COORDINATOR: (0, 6),
-    Api.JOIN_GROUP: (2, 9),
+    Api.JOIN_GROUP: (0, 9),
     Api.HEARTBEAT: (0, 4),
     Api.LEAVE_GROUP: (0, 5),
     Api.SYNC_GROUP: (0, 5),

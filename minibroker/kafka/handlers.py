@@ -401,7 +401,8 @@ class KafkaApis:
         r, v = req.body, req.version
         body = {"group_id": r.group_id, "member_id": r.member_id or "",
                 "group_instance_id": r.group_instance_id if v >= 5 else None,
-                "session_timeout_ms": r.session_timeout_ms, "rebalance_timeout_ms": r.rebalance_timeout_ms,
+                "session_timeout_ms": r.session_timeout_ms,
+                "rebalance_timeout_ms": r.rebalance_timeout_ms if v >= 1 else -1,   # v0: the session timeout
                 "protocol_type": r.protocol_type, "protocols": [{"name": p.name, "metadata": p.metadata or b""}
                                                                 for p in r.protocols],
                 # KIP-394: v4+ clients are asked to rejoin with the member id they are given.

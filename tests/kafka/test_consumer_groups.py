@@ -165,3 +165,50 @@ def test_offsets_committed_through_a_group_survive_sigkill_of_the_coordinator(gr
         second.close()
     loads = [e for e in c_events(c, "coordinator_load") if e.get("groups", 0) >= 1]
     assert loads, "a surviving broker loaded the group from its log"
+
+
+def test_group_wire_rules_batched_find_coordinator_member_id_required_and_fencing(group_cluster):
+    from kafka.protocol.consumer import HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse
+    from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
+    from kafkatests import RawKafka
+
+    c = group_cluster
+    addrs = c.kafka_bootstrap.split(",")
+
+    def find(k, keys):
+        k.send(FindCoordinatorRequest(version=4, key_type=0, coordinator_keys=keys))
+        return k.recv(FindCoordinatorResponse, 4).coordinators
+
+    with RawKafka(addrs[0]) as k:
+        def found():
+            coords = find(k, ["ga", "gb", ""])
+            return coords if all(x.error_code == 0 for x in coords[:2]) else None
+        coords = until_sync(found, "both groups' coordinators (the offsets topic is created on first use)",
+                            timeout_s=60)
+        assert [x.key for x in coords] == ["ga", "gb", ""]
+        assert coords[2].error_code == 24                      # INVALID_GROUP_ID
+    leader = next(x for x in coords if x.key == "ga")
+    coordinator = f"{leader.host}:{leader.port}"
+    other = next(a for a in addrs if a != coordinator)
+    proto = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]
+
+    def join(k, version, member_id=""):
+        k.send(JoinGroupRequest(version=version, group_id="ga", session_timeout_ms=6000, rebalance_timeout_ms=6000,
+                                member_id=member_id, protocol_type="consumer", protocols=proto))
+        return k.recv(JoinGroupResponse, version)
+
+    with RawKafka(other) as k:
+        assert join(k, 4).error_code == 16                     # NOT_COORDINATOR
+    with RawKafka(coordinator) as k:
+        first = until_sync(lambda: (r := join(k, 4)).error_code != 14 and r, "the group's partition loaded")
+        assert first.error_code == 79 and first.member_id     # MEMBER_ID_REQUIRED (KIP-394)
+        joined = join(k, 4, first.member_id)
+        assert joined.error_code == 0 and joined.leader == first.member_id and joined.generation_id == 1
+        assert [m.member_id for m in joined.members] == [first.member_id]
+        k.send(HeartbeatRequest(version=4, group_id="ga", generation_id=0, member_id=first.member_id))
+        assert k.recv(HeartbeatResponse, 4).error_code == 22   # ILLEGAL_GENERATION
+    with RawKafka(coordinator) as k:
+        # v0-3: no MEMBER_ID_REQUIRED round trip; the first member, which never rejoins, is removed
+        # at the rebalance timeout and the new one leads generation 2.
+        v0 = join(k, 0)
+        assert v0.error_code == 0 and v0.generation_id == 2 and v0.leader == v0.member_id != first.member_id

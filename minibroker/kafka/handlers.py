@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from minibroker.broker.partition import NONE
 from minibroker.config import DEFAULTS, TOPIC_CONFIGS, Config
+from minibroker.coordinator.records import OFFSETS_TOPIC
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.kafka import codec
 from minibroker.kafka.codec import Api, CodecError
@@ -337,7 +338,8 @@ class KafkaApis:
         for t in resp["topics"]:
             topics.append({
                 "error_code": t["error"], "name": t["topic"],
-                "topic_id": codec.topic_uuid(t.get("topic_id") or ""), "is_internal": False,
+                "topic_id": codec.topic_uuid(t.get("topic_id") or ""),
+                "is_internal": t["topic"] == OFFSETS_TOPIC,
                 "partitions": [{"error_code": p["error"], "partition_index": p["partition"],
                                 "leader_id": p["leader"], "leader_epoch": p["leader_epoch"],
                                 "replica_nodes": p["replicas"], "isr_nodes": p["isr"],

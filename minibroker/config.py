@@ -80,6 +80,7 @@ DEFAULTS: dict[str, str] = {
     "offsets.topic.num.partitions": "50",
     "offsets.topic.replication.factor": "3",
     "offsets.commit.timeout.ms": "5000",
+    "offsets.retention.minutes": "10080",
     "group.min.session.timeout.ms": "6000",
     "group.max.session.timeout.ms": "1800000",
     "group.initial.rebalance.delay.ms": "3000",

@@ -142,6 +142,9 @@ class Group:
     # member id -> deadline to rejoin with it (MEMBER_ID_REQUIRED handed out).
     pending: dict[str, int] = field(default_factory=dict)
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+    # When each offset's and the metadata's latest record was written (minibroker.coordinator.retention).
+    offset_written_ms: dict[tuple[str, int], int] = field(default_factory=dict)
+    metadata_written_ms: int = 0
     state_timestamp_ms: int = -1
     join_deadline_ms: int = -1
     join_started_ms: int = -1
@@ -455,9 +458,17 @@ class Group:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
 
-    def commit(self, offsets: dict[tuple[str, int], CommittedOffset]) -> None:
+    def commit(self, offsets: dict[tuple[str, int], CommittedOffset], written_ms: int) -> None:
         """Triggered once committed offsets are stored (or replayed from the log)."""
         self.offsets.update(offsets)
+        for tp in offsets:
+            self.offset_written_ms[tp] = written_ms
+
+    def expire(self, tps: list[tuple[str, int]]) -> None:
+        """Triggered by offset expiration (minibroker.coordinator.retention)."""
+        for tp in tps:
+            self.offsets.pop(tp, None)
+            self.offset_written_ms.pop(tp, None)
 
     def maybe_delete(self, now_ms: int) -> tuple[ErrorCode, list[Decision]]:
         """Triggered by DeleteGroups: only an Empty group is deleted (it becomes Dead)."""
@@ -466,6 +477,7 @@ class Group:
         if self.state is not GroupState.EMPTY:
             return ErrorCode.NON_EMPTY_GROUP, []
         self.offsets.clear()
+        self.offset_written_ms.clear()
         return ErrorCode.NONE, self._transition(GroupState.DEAD, now_ms, "deleted")
 
     def is_empty_and_unused(self) -> bool:

@@ -209,18 +209,18 @@ def replay_group_value(g: Group, data: bytes, now_ms: int) -> None:
 
 
 def replay(groups: dict[str, Group], key: bytes, value: bytes | None, settings: GroupSettings,
-           now_ms: int) -> None:
-    """Apply one record of the offsets topic (in log order) to `groups`."""
+           now_ms: int, written_ms: int = 0) -> None:
+    """Apply one record of the offsets topic (in log order, written at `written_ms`) to `groups`."""
     k = decode_key(key)
     g = groups.get(k.group)
     if isinstance(k, OffsetKey):
         if value is None:
             if g is not None:
-                g.offsets.pop((k.topic, k.partition), None)
+                g.expire([(k.topic, k.partition)])
             return
         if g is None:
             g = groups[k.group] = Group(k.group, settings)
-        g.offsets[(k.topic, k.partition)] = decode_offset_value(value)
+        g.commit({(k.topic, k.partition): decode_offset_value(value)}, written_ms)
         return
     if value is None:
         # A group tombstone (DeleteGroups, or an expired Empty group): offsets were tombstoned before it.
@@ -230,3 +230,4 @@ def replay(groups: dict[str, Group], key: bytes, value: bytes | None, settings: 
     if g is None:
         g = groups[k.group] = Group(k.group, settings)
     replay_group_value(g, value, now_ms)
+    g.metadata_written_ms = written_ms

@@ -29,6 +29,7 @@ from minibroker.coordinator import records as rec
 from minibroker.coordinator.group import (CommittedOffset, Decision, Group, GroupEvent, GroupSettings, GroupState,
                                           JoinResponse, StoreGroup, SyncResponse)
 from minibroker.coordinator.records import OFFSETS_TOPIC
+from minibroker.coordinator.retention import maybe_refresh
 from minibroker.errors import ErrorCode, KafkaError, error_name
 from minibroker.events import Event
 from minibroker.protocol.api import ApiKey
@@ -37,6 +38,7 @@ from minibroker.records import build_batch, iter_records
 log = logging.getLogger("minibroker.coordinator")
 
 TICK_MS = 100
+REFRESH_CHECK_MS = 60_000           # how often live keys are considered for rewriting (retention.py)
 LOAD_READ_BYTES = 1 << 20
 OFFSET_METADATA_MAX_BYTES = 4096      # offset.metadata.max.bytes
 
@@ -56,6 +58,9 @@ class _Shard:
     loaded: bool = False
     groups: dict[str, Group] = field(default_factory=dict)
     task: asyncio.Task[None] | None = None
+    # Keys with a write in flight: (group, tp) for offsets, (group, None) for group metadata.
+    busy: set[tuple[str, tuple[str, int] | None]] = field(default_factory=set)
+    next_refresh_ms: int = 0
 
 
 def _store_error(code: int) -> ErrorCode:
@@ -84,6 +89,7 @@ class GroupCoordinator:
         self.num_partitions = cfg.get_int("offsets.topic.num.partitions")
         self.replication_factor = cfg.get_int("offsets.topic.replication.factor")
         self.commit_timeout_ms = cfg.get_int("offsets.commit.timeout.ms")
+        self.retention_ms = cfg.get_int("offsets.retention.minutes") * 60_000
         self.shards: dict[int, _Shard] = {}
         self._tokens = itertools.count(1)
         self._parked: dict[int, asyncio.Future[JoinResponse | SyncResponse]] = {}
@@ -118,6 +124,50 @@ class GroupCoordinator:
             if s.loaded:
                 for g in list(s.groups.values()):
                     self._apply(s, g, g.tick(now))
+                if now >= s.next_refresh_ms:
+                    s.next_refresh_ms = now + REFRESH_CHECK_MS
+                    self._refresh(s, now)
+
+    def _refresh(self, s: _Shard, now: int) -> None:
+        """Expire old offsets of Empty groups; write live keys again before time retention reaches them."""
+        r = maybe_refresh(list(s.groups.values()), now, self.retention_ms, s.busy)
+        for gid, tp in r.expired:
+            s.groups[gid].expire([tp])
+        for gid in r.expired_groups:
+            del s.groups[gid]
+        if r.expired or r.expired_groups:
+            self._emit("offsets_expired", f"{OFFSETS_TOPIC}-{s.partition}", None, len(r.expired),
+                       f"{len(r.expired)} offset(s) and {len(r.expired_groups)} Empty group(s) older than "
+                       f"offsets.retention.minutes expired")
+        kvs: list[tuple[bytes, bytes | None]] = []
+        keys: list[tuple[str, tuple[str, int] | None]] = []
+        for gid, tp in r.offsets:
+            kvs.append((rec.offset_key(gid, *tp), rec.offset_value(s.groups[gid].offsets[tp])))
+            keys.append((gid, tp))
+        for gid in r.groups:
+            kvs.append((rec.group_key(gid), rec.group_value(s.groups[gid])))
+            keys.append((gid, None))
+        if kvs:
+            asyncio.ensure_future(self._rewrite(s, kvs, keys))
+
+    async def _rewrite(self, s: _Shard, kvs: list[tuple[bytes, bytes | None]],
+                       keys: list[tuple[str, tuple[str, int] | None]]) -> None:
+        s.busy.update(keys)
+        try:
+            code = await self._append(s, kvs)
+        finally:
+            s.busy.difference_update(keys)
+        if code != ErrorCode.NONE:
+            return
+        now = now_ms()
+        for gid, tp in keys:
+            g = s.groups.get(gid)
+            if g is None:
+                continue
+            if tp is None:
+                g.metadata_written_ms = now
+            elif tp in g.offsets:
+                g.offset_written_ms[tp] = now
 
     def _emit(self, kind: str, partition: str, before: Any, after: Any, reason: str, **extra: Any) -> None:
         self.broker.events.emit(Event(kind, now_ms(), partition, before, after, reason, extra))
@@ -178,7 +228,7 @@ class GroupCoordinator:
                     if r.key is None:
                         continue
                     try:
-                        rec.replay(groups, r.key, r.value, self.settings, started)
+                        rec.replay(groups, r.key, r.value, self.settings, started, r.timestamp)
                         count += 1
                     except rec.RecordFormatError as exc:
                         log.warning("%s-%d offset %d: skipping a record: %s", OFFSETS_TOPIC, s.partition,
@@ -242,9 +292,10 @@ class GroupCoordinator:
         rf = max(1, min(self.replication_factor, live))
         body = {"topics": [{"topic": OFFSETS_TOPIC, "num_partitions": self.num_partitions,
                             "replication_factor": rf,
-                            # The log is never deleted by time or size: the latest record of every
-                            # key is the state (docs/kafka-mapping.md: no compaction yet).
-                            "configs": {"retention.ms": "-1", "retention.bytes": "-1",
+                            # Time retention, no compaction: live keys are written again before
+                            # retention reaches them (minibroker.coordinator.retention).
+                            "configs": {"retention.ms": str(self.retention_ms), "retention.bytes": "-1",
+                                        "segment.ms": str(max(60_000, self.retention_ms // 4)),
                                         "min.insync.replicas": str(min(2, rf))}}],
                 "timeout_ms": 10_000, "validate_only": False}
         fn = self.broker.msgpack_handler(ApiKey.CREATE_TOPICS)
@@ -288,8 +339,14 @@ class GroupCoordinator:
 
     async def _store_then_answer(self, s: _Shard, g: Group, value: bytes,
                                  responses: list[JoinResponse | SyncResponse]) -> None:
-        code = await self._append(s, [(rec.group_key(g.group_id), value)])
+        key = (g.group_id, None)
+        s.busy.add(key)
+        try:
+            code = await self._append(s, [(rec.group_key(g.group_id), value)])
+        finally:
+            s.busy.discard(key)
         if code == ErrorCode.NONE:
+            g.metadata_written_ms = now_ms()
             self._answer(responses)
             return
         failed = [SyncResponse(r.token, code) if isinstance(r, SyncResponse) else r for r in responses]
@@ -394,11 +451,16 @@ class GroupCoordinator:
             else:
                 good[(t, p)] = CommittedOffset(off, epoch, meta, now)
         if good:
-            code = await self._append(s, [(rec.offset_key(group_id, t, p), rec.offset_value(o))
-                                          for (t, p), o in good.items()])
+            busy = {(group_id, tp) for tp in good}
+            s.busy |= busy
+            try:
+                code = await self._append(s, [(rec.offset_key(group_id, t, p), rec.offset_value(o))
+                                              for (t, p), o in good.items()])
+            finally:
+                s.busy -= busy
             if code == ErrorCode.NONE and self.shards.get(s.partition) is s:
                 assert g is not None
-                g.commit(good)
+                g.commit(good, now_ms())
             for k in good:
                 out[k] = code
         return out

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import signal
 
 import sys
 from typing import Any
@@ -93,6 +94,8 @@ def consume(bootstrap_server: str | None, topic: str, group: str | None, partiti
         if partition is not None or offset is not None:
             fail("Options --group and --partition/--offset cannot be used together (the group assigns partitions)")
         cfg["group.id"] = group
+        # SIGTERM ends the member as Ctrl-C does (commit, leave), as the console consumer's shutdown hook.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
         with contextlib.suppress(KeyboardInterrupt):
             run_async(_consume_group(reachable_bootstrap(bootstrap_server), cfg, topic, follow, timeout_ms,
                                      max_messages, fmt, counter))

@@ -235,8 +235,9 @@ class GroupConsumer:
             log.info("group %s: commit failed: %s", self.group_id, exc)
 
     async def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
-        """Commit `offsets` (default: the positions after the records poll() returned)."""
-        todo = dict(self._consumed if offsets is None else offsets)
+        """Commit `offsets` (default: every assigned partition's position, as Kafka's allConsumed():
+        after the records poll() returned, else where fetching starts)."""
+        todo = dict(self._positions() if offsets is None else offsets)
         if offsets is None:
             todo = {tp: o for tp, o in todo.items() if self._committed.get(tp) != o}
         if not todo:
@@ -258,6 +259,16 @@ class GroupConsumer:
                 if code:
                     raise KafkaError(code, f"committing {tp} in group {self.group_id}", remote=True)
                 self._committed[tp] = todo[tp]
+
+    def _positions(self) -> dict[TopicPartition, int]:
+        out = {}
+        for tp in self.assigned:
+            pos = self._consumed.get(tp)
+            if pos is None:
+                pos = self.consumer.known_position(tp)
+            if pos is not None:
+                out[tp] = pos
+        return out
 
     async def committed(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         """The group's committed offsets (-1: none)."""

@@ -5,6 +5,7 @@ import contextlib
 import signal
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -146,12 +147,18 @@ async def _consume(bootstrap: str, cfg: dict[str, Any], topic: str, partition: i
                                 served[tp] = src
                                 kind = "preferred read replica" if consumer.preferred_replica(tp) == src else "leader"
                                 click.echo(f"{tp}: fetching from broker {src} ({kind})", err=True)
-                    if timeout_ms is not None and (clock.monotonic() - last_record) * 1000 >= timeout_ms:
-                        break
-                    if not follow and timeout_ms is None and not records and consumer.caught_up():
+                    if _done(records, last_record, follow, timeout_ms, consumer.caught_up):
                         break
             finally:
                 out.flush()
+
+
+def _done(records: list[ConsumerRecord], last_record: float, follow: bool, timeout_ms: int | None,
+          caught_up: Callable[[], bool]) -> bool:
+    """--timeout-ms passed without a record, or (without --follow) everything up to the HW was read."""
+    if timeout_ms is not None and (clock.monotonic() - last_record) * 1000 >= timeout_ms:
+        return True
+    return not follow and timeout_ms is None and not records and caught_up()
 
 
 async def _consume_group(bootstrap: str, cfg: dict[str, Any], topic: str, follow: bool, timeout_ms: int | None,
@@ -176,9 +183,7 @@ async def _consume_group(bootstrap: str, cfg: dict[str, Any], topic: str, follow
                 if records:
                     out.flush()
                     last_record = clock.monotonic()
-                if timeout_ms is not None and (clock.monotonic() - last_record) * 1000 >= timeout_ms:
-                    break
-                if not follow and timeout_ms is None and not records and consumer.caught_up():
+                if _done(records, last_record, follow, timeout_ms, consumer.caught_up):
                     break
         finally:
             out.flush()

@@ -104,8 +104,8 @@ class GroupAdmin:
         check(off)
         committed = {TopicPartition(t["topic"], p["partition"]): p["offset"] for t in off["topics"]
                      for p in t["partitions"] if p["offset"] >= 0}
-        tps = set(committed) | {tp for m in members for tp in m.assignment}
-        ends = await self.admin.list_offsets({tp: LATEST_TIMESTAMP for tp in sorted(tps)}) if tps else {}
+        wanted = set(committed) | {tp for m in members for tp in m.assignment}
+        ends = await self.admin.list_offsets({tp: LATEST_TIMESTAMP for tp in sorted(wanted)}) if wanted else {}
         return GroupView(group_id, g["state"], g["protocol_type"], g["protocol"], node, tuple(members),
                          committed, {tp: r.offset for tp, r in ends.items()})
 

@@ -498,7 +498,8 @@ class GroupCoordinator:
         if code != ErrorCode.NONE:
             return code
         self._apply(s, g, decisions)
-        code = await self._append(s, [(k, None) for k in keys] + [(rec.group_key(group_id), None)])
+        tombstones: list[tuple[bytes, bytes | None]] = [(k, None) for k in [*keys, rec.group_key(group_id)]]
+        code = await self._append(s, tombstones)
         if s.groups.get(group_id) is g:
             del s.groups[group_id]
         return code

@@ -258,6 +258,9 @@ class GroupCoordinator:
         idx = self.partition_for(group_id)
         s = self.shards.get(idx)
         if s is None:
+            self._follow_leadership()          # a leadership the timer has not seen yet starts loading now
+            s = self.shards.get(idx)
+        if s is None:
             raise NotCoordinator(ErrorCode.NOT_COORDINATOR,
                                  f"broker {self.broker.node_id} does not lead {OFFSETS_TOPIC}-{idx}")
         if not s.loaded:

@@ -212,3 +212,40 @@ def test_group_wire_rules_batched_find_coordinator_member_id_required_and_fencin
         # at the rebalance timeout and the new one leads generation 2.
         v0 = join(k, 0)
         assert v0.error_code == 0 and v0.generation_id == 2 and v0.leader == v0.member_id != first.member_id
+
+
+def test_kafka_python_group_commits_and_a_new_member_resumes_and_its_admin_lists_the_group(group_cluster):
+    kafka = pytest.importorskip("kafka")
+    c = group_cluster
+    bs = c.kafka_bootstrap
+    create_topic(c, "kp", partitions=2, rf=3)
+    produce(bs, "kp", [f"k{i}" for i in range(40)], lambda v: int(v[1:]) % 2)
+    conf = dict(bootstrap_servers=bs, group_id="kpg", enable_auto_commit=False, auto_offset_reset="earliest",
+                session_timeout_ms=SESSION_MS, heartbeat_interval_ms=500, consumer_timeout_ms=1000)
+    first = kafka.KafkaConsumer("kp", **conf)
+    got: list = []
+    until_sync(lambda: got.extend(first.poll(timeout_ms=500, max_records=10).values()) or
+               sum(len(b) for b in got) >= 10, "ten records through a kafka-python group member", timeout_s=120)
+    first.commit()
+    positions = {tp.partition: first.position(tp) for tp in first.assignment()}
+    first.close()
+    admin = kafka.KafkaAdminClient(bootstrap_servers=bs)
+    try:
+        groups = admin.list_groups()
+        assert "kpg" in [g["group_id"] for g in groups], groups
+        offsets = admin.list_group_offsets({"kpg": None})["kpg"]
+        assert {tp.partition: om.offset for tp, om in offsets.items()} == positions, offsets
+    finally:
+        admin.close()
+    second = kafka.KafkaConsumer("kp", **conf)
+    try:
+        resumed: dict[int, int] = {}
+
+        def first_offsets() -> bool:
+            for tp, recs in second.poll(timeout_ms=500).items():
+                resumed.setdefault(tp.partition, recs[0].offset)
+            return set(resumed) == {p for p, pos in positions.items() if pos < 20}
+        until_sync(first_offsets, "the new member's first record of each unfinished partition", timeout_s=120)
+        assert all(resumed[p] == positions[p] for p in resumed)
+    finally:
+        second.close()

@@ -220,7 +220,10 @@ class GroupCoordinator:
                 end = part.leo
                 if offset >= end:
                     break
-                data = await asyncio.to_thread(part.read, offset, LOAD_READ_BYTES, end, True)
+                # Read on the loop as the Fetch path does (the log's segment list is the loop's),
+                # one chunk per turn so other requests interleave.
+                data = part.read(offset, LOAD_READ_BYTES, end, True)
+                await asyncio.sleep(0)
                 if not data:
                     break
                 for r in iter_records(data, min_offset=offset):

@@ -9,6 +9,7 @@ Commands (every time is `now=` ms; tokens number the requests, printed as #N):
   sync now= member= gen= [assign=m1:x,m2:y]
   heartbeat now= member= gen=     leave now= members=a,b     tick now=
   commit member= gen=             delete now=                state
+  store-failed now= [error=]       (the driver could not write the group's metadata)
 Each command prints the decisions the core returned, then the group's state.
 """
 from __future__ import annotations
@@ -104,6 +105,8 @@ class Scenario:
         elif cmd.name == "delete":
             err, decisions = g.maybe_delete(now)
             out.append(f"delete {err.name}")
+        elif cmd.name == "store-failed":
+            decisions = g.maybe_store_failed(now, cmd.str("error", "NOT_ENOUGH_REPLICAS"))
         elif cmd.name != "state":
             raise ScenarioError(f"{cmd.where}: unknown command {cmd.name}")
         out += [decision_line(d) for d in decisions]

@@ -249,3 +249,24 @@ def test_kafka_python_group_commits_and_a_new_member_resumes_and_its_admin_lists
         assert all(resumed[p] == positions[p] for p in resumed)
     finally:
         second.close()
+
+
+def test_kcat_balanced_consumer_librdkafka_2_0_2_joins_commits_and_a_second_run_resumes(group_cluster):
+    from kafkatests import KCAT, needs_kcat  # noqa: F401
+    if KCAT is None:
+        pytest.skip("kcat is not installed (Debian: apt-get install -y kcat)")
+    c = group_cluster
+    bs = c.kafka_bootstrap
+    create_topic(c, "kc", partitions=2, rf=3)
+    produce(bs, "kc", [f"r{i}" for i in range(100)], lambda v: int(v[1:]) % 2)
+
+    def run_kcat(count: int) -> list[str]:
+        r = subprocess.run([KCAT, "-b", bs, "-G", "kcg", "-X", "auto.offset.reset=earliest", "-X",
+                            "session.timeout.ms=6000", "-c", str(count), "-q", "kc"],
+                           capture_output=True, timeout=120)
+        assert r.returncode == 0, r.stderr.decode()
+        return r.stdout.decode().split()
+    first = run_kcat(60)
+    second = run_kcat(40)
+    assert len(first) == 60 and len(second) == 40
+    assert sorted(first + second) == sorted(f"r{i}" for i in range(100))

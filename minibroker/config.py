@@ -76,6 +76,15 @@ DEFAULTS: dict[str, str] = {
     "default.replication.factor": "1",
     "num.partitions": "1",
     "auto.create.topics.enable": "true",     # Kafka listener only: Metadata creates unknown topics
+    # group coordinator (Kafka's names and defaults)
+    "offsets.topic.num.partitions": "50",
+    "offsets.topic.replication.factor": "3",
+    "offsets.commit.timeout.ms": "5000",
+    "offsets.retention.minutes": "10080",
+    "group.min.session.timeout.ms": "6000",
+    "group.max.session.timeout.ms": "1800000",
+    "group.initial.rebalance.delay.ms": "3000",
+    "group.max.size": "2147483647",
     # controller
     "broker.heartbeat.interval.ms": "2000",
     "broker.session.timeout.ms": "9000",

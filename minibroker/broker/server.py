@@ -38,6 +38,8 @@ from minibroker.broker.metadata_image import MetadataDelta, MetadataImage
 from minibroker.broker.peers import InterBrokerConnections
 from minibroker.broker import tail
 from minibroker.config import Config, ConfigError, parse_listeners
+from minibroker.coordinator.handlers import group_handlers
+from minibroker.coordinator.service import GroupCoordinator
 from minibroker.limits import clamp_batch_size
 from minibroker.dynamic_config import ResourceType, broker_entries, default_entries, entry_to_wire, topic_entries
 from minibroker.errors import ErrorCode, KafkaError
@@ -233,6 +235,7 @@ class BrokerServer:
         self.channel: ControllerChannel | None = None
         self.peers: InterBrokerConnections | None = None
         self.replica_manager: Any = None
+        self.coordinator: GroupCoordinator | None = None
         self.log_manager: Any = None
         self._servers: list[asyncio.AbstractServer] = []
         self.kafka_listeners = kafka_listener_names(config) & set(self.binds)
@@ -348,6 +351,8 @@ class BrokerServer:
             alter_partition=self.channel.alter_partition, peers=self.peers, events=self.events.emit,
             broker_epoch=lambda: self.lifecycle.broker_epoch)
         await self.replica_manager.start()
+        self.coordinator = GroupCoordinator(self)
+        self.coordinator.start()
         self._published = True
         self.replica_manager.on_metadata(list(self.image.partitions.values()), list(self.image.brokers.values()),
                                          now_ms())
@@ -411,6 +416,8 @@ class BrokerServer:
                 conn.transport.abort()
         if self.metrics is not None:
             await self.metrics.close()
+        if self.coordinator is not None:
+            await self.coordinator.close()
         if ch is not None:
             await ch.close()
         ok = clean
@@ -448,6 +455,7 @@ class BrokerServer:
             ApiKey.CREATE_PARTITIONS: HandlerSpec(self._gated(self._create_partitions)),
             ApiKey.DESCRIBE_CLUSTER: HandlerSpec(self._gated(self._describe_cluster)),
             ApiKey.DESCRIBE_QUORUM: HandlerSpec(self._gated(self._describe_quorum)),
+            **{api: HandlerSpec(self._gated(fn)) for api, fn in group_handlers(lambda: self.coordinator).items()},
             ApiKey.REPLICA_STATUS: HandlerSpec(self._replica_status),
             ApiKey.EVENTS: HandlerSpec(self._events),
         }

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import contextlib
+import signal
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -12,6 +14,7 @@ from minibroker import clock
 from minibroker.cli.common import bootstrap_option, fail, handle_errors, parse_kv, reachable_bootstrap, run_async
 from minibroker.cli.progress import bar, wanted
 from minibroker.client.consumer import Consumer
+from minibroker.client.group import GroupConsumer
 from minibroker.client.types import ConsumerRecord, TopicPartition
 
 _PRINT_PROPS = ("print.timestamp", "print.partition", "print.offset", "print.headers", "print.key", "print.value")
@@ -41,6 +44,8 @@ def format_record(rec: ConsumerRecord, props: dict[str, str]) -> bytes:
 @click.command()
 @bootstrap_option
 @click.option("--topic", required=True)
+@click.option("--group", help="Consume as a member of this consumer group: start at its committed offsets "
+                              "and commit as kafka-console-consumer does (enable.auto.commit).")
 @click.option("--partition", type=int, help="Only this partition [default: all].")
 @click.option("--from-beginning", is_flag=True, help="Start at the log start offset (else at the high watermark).")
 @click.option("--offset", help="Start offset: a number (needs --partition), earliest or latest.")
@@ -54,14 +59,19 @@ def format_record(rec: ConsumerRecord, props: dict[str, str]) -> bytes:
 @click.option("--consumer-property", "cprops", multiple=True, metavar="KEY=VALUE", help="Consumer config by Kafka name.")
 @click.option("--verbose", "-v", is_flag=True, help="Report which replica serves each partition, and resets, on stderr.")
 @handle_errors
-def consume(bootstrap_server: str | None, topic: str, partition: int | None, from_beginning: bool,
+def consume(bootstrap_server: str | None, topic: str, group: str | None, partition: int | None, from_beginning: bool,
             offset: str | None, follow: bool, client_rack: str, timeout_ms: int | None, max_messages: int | None,
             props: tuple[str, ...], cprops: tuple[str, ...], verbose: bool) -> None:
     """Print records of TOPIC, one per line.
 
     Without --follow or --timeout-ms it stops once it has read up to the high
     watermark of every partition. Only records below the high watermark of
-    the replica that served them are ever printed."""
+    the replica that served them are ever printed.
+
+    With --group, partitions are assigned by the group (range assignor),
+    reading starts at the group's committed offsets (--from-beginning only
+    applies to partitions without one), offsets are committed every
+    auto.commit.interval.ms and on exit, and the member leaves the group on exit."""
     start: str | int = "earliest" if from_beginning else "latest"
     if offset is not None:
         if from_beginning:
@@ -76,9 +86,22 @@ def consume(bootstrap_server: str | None, topic: str, partition: int | None, fro
             if partition is None:
                 fail("The partition is required when offset is specified.")
     cfg: dict[str, Any] = {"client.rack": client_rack, "auto.offset.reset": "earliest" if start == "earliest" else "latest"}
+    if group is not None:
+        cfg["client.id"] = "console-consumer"      # kafka-console-consumer's client id
     cfg.update(parse_kv(cprops, "--consumer-property"))
     fmt = parse_kv(props, "--property", strip_values=False)
     counter = [0]
+    if group is not None:
+        if partition is not None or offset is not None:
+            fail("Options --group and --partition/--offset cannot be used together (the group assigns partitions)")
+        cfg["group.id"] = group
+        # SIGTERM ends the member as Ctrl-C does (commit, leave), as the console consumer's shutdown hook.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        with contextlib.suppress(KeyboardInterrupt):
+            run_async(_consume_group(reachable_bootstrap(bootstrap_server), cfg, topic, follow, timeout_ms,
+                                     max_messages, fmt, counter))
+        click.echo(f"Processed a total of {counter[0]} messages", err=True)
+        return
     # Ctrl-C ends a --follow; the total is still reported, as Kafka's console consumer does.
     with contextlib.suppress(KeyboardInterrupt):
         run_async(_consume(reachable_bootstrap(bootstrap_server), cfg, topic, partition, start, follow, timeout_ms,
@@ -124,9 +147,43 @@ async def _consume(bootstrap: str, cfg: dict[str, Any], topic: str, partition: i
                                 served[tp] = src
                                 kind = "preferred read replica" if consumer.preferred_replica(tp) == src else "leader"
                                 click.echo(f"{tp}: fetching from broker {src} ({kind})", err=True)
-                    if timeout_ms is not None and (clock.monotonic() - last_record) * 1000 >= timeout_ms:
-                        break
-                    if not follow and timeout_ms is None and not records and consumer.caught_up():
+                    if _done(records, last_record, follow, timeout_ms, consumer.caught_up):
                         break
             finally:
                 out.flush()
+
+
+def _done(records: list[ConsumerRecord], last_record: float, follow: bool, timeout_ms: int | None,
+          caught_up: Callable[[], bool]) -> bool:
+    """--timeout-ms passed without a record, or (without --follow) everything up to the HW was read."""
+    if timeout_ms is not None and (clock.monotonic() - last_record) * 1000 >= timeout_ms:
+        return True
+    return not follow and timeout_ms is None and not records and caught_up()
+
+
+async def _consume_group(bootstrap: str, cfg: dict[str, Any], topic: str, follow: bool, timeout_ms: int | None,
+                         max_messages: int | None, fmt: dict[str, str], counter: list[int]) -> None:
+    out = sys.stdout.buffer
+    async with GroupConsumer(bootstrap, cfg) as consumer:
+        consumer.subscribe([topic])
+        last_record = clock.monotonic()
+        try:
+            while max_messages is None or counter[0] < max_messages:
+                records = await consumer.poll(timeout_ms=200)
+                handed: list[ConsumerRecord] = []
+                for rec in records:
+                    out.write(format_record(rec, fmt))
+                    handed.append(rec)
+                    counter[0] += 1
+                    if max_messages is not None and counter[0] >= max_messages:
+                        break
+                if len(handed) < len(records):
+                    # As Kafka's console consumer: only what was printed counts as consumed.
+                    consumer.consumed_only(handed, records)
+                if records:
+                    out.flush()
+                    last_record = clock.monotonic()
+                if _done(records, last_record, follow, timeout_ms, consumer.caught_up):
+                    break
+        finally:
+            out.flush()

@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "topics": ("minibroker.cli.topics", "topics"),
     "produce": ("minibroker.cli.produce", "produce"),
     "consume": ("minibroker.cli.consume", "consume"),
+    "consumer-groups": ("minibroker.cli.consumer_groups", "consumer_groups"),
     "offsets": ("minibroker.cli.offsets", "offsets"),
     "configs": ("minibroker.cli.configs", "configs"),
     "leader-election": ("minibroker.cli.election", "leader_election"),

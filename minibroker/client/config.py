@@ -69,6 +69,13 @@ CONSUMER_DEFAULTS: dict[str, str] = {
     "fetch.max.bytes": "52428800",
     "max.partition.fetch.bytes": "1048576",
     "max.poll.records": "500",
+    # consumer groups (GroupConsumer; Kafka's names and defaults)
+    "group.id": "",
+    "session.timeout.ms": "45000",
+    "heartbeat.interval.ms": "3000",
+    "max.poll.interval.ms": "300000",
+    "enable.auto.commit": "true",
+    "auto.commit.interval.ms": "5000",
 }
 
 ADMIN_DEFAULTS: dict[str, str] = dict(COMMON_DEFAULTS)

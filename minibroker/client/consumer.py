@@ -158,6 +158,12 @@ class Consumer:
             await self._wait_changed(min(left, 100))
         return self.state.position(tp)  # type: ignore[return-value]
 
+    def known_position(self, tp: TopicPartition | tuple[str, int]) -> int | None:
+        """position() without waiting: None while a reset is unresolved."""
+        tp = TopicPartition(*tp)
+        buf = self._buffers.get(tp)
+        return buf[0].offset if buf else self.state.position(tp)
+
     def highwater(self, tp: TopicPartition | tuple[str, int]) -> int | None:
         """The high watermark the last Fetch response for `tp` reported (None before one)."""
         hw = self.state.parts[TopicPartition(*tp)].high_watermark

@@ -40,7 +40,15 @@ class Api(enum.IntEnum):
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
     FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
@@ -48,6 +56,7 @@ class Api(enum.IntEnum):
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
     CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
     ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
     DESCRIBE_CLUSTER = 60
@@ -60,6 +69,15 @@ _CLASSES: dict[Api, tuple[Any, Any]] = {
     Api.LIST_OFFSETS: (_consumer.ListOffsetsRequest, _consumer.ListOffsetsResponse),
     Api.METADATA: (_metadata.MetadataRequest, _metadata.MetadataResponse),
     Api.FIND_COORDINATOR: (_metadata.FindCoordinatorRequest, _metadata.FindCoordinatorResponse),
+    Api.OFFSET_COMMIT: (_consumer.OffsetCommitRequest, _consumer.OffsetCommitResponse),
+    Api.OFFSET_FETCH: (_consumer.OffsetFetchRequest, _consumer.OffsetFetchResponse),
+    Api.JOIN_GROUP: (_consumer.JoinGroupRequest, _consumer.JoinGroupResponse),
+    Api.HEARTBEAT: (_consumer.HeartbeatRequest, _consumer.HeartbeatResponse),
+    Api.LEAVE_GROUP: (_consumer.LeaveGroupRequest, _consumer.LeaveGroupResponse),
+    Api.SYNC_GROUP: (_consumer.SyncGroupRequest, _consumer.SyncGroupResponse),
+    Api.DESCRIBE_GROUPS: (_admin.DescribeGroupsRequest, _admin.DescribeGroupsResponse),
+    Api.LIST_GROUPS: (_admin.ListGroupsRequest, _admin.ListGroupsResponse),
+    Api.DELETE_GROUPS: (_admin.DeleteGroupsRequest, _admin.DeleteGroupsResponse),
     Api.API_VERSIONS: (_metadata.ApiVersionsRequest, _metadata.ApiVersionsResponse),
     Api.CREATE_TOPICS: (_admin.CreateTopicsRequest, _admin.CreateTopicsResponse),
     Api.DELETE_TOPICS: (_admin.DeleteTopicsRequest, _admin.DeleteTopicsResponse),
@@ -76,13 +94,26 @@ _CLASSES: dict[Api, tuple[Any, Any]] = {
 # (KIP-896); ceilings stop below the first version whose semantics we lack
 # (Fetch 13+ / Produce 13 / DeleteTopics 6 address topics by id; Metadata 13
 # and ListOffsets 8+ add fields we do not fill; CreateTopics 6+ and
-# DescribeConfigs are capped where the clients in docs/kafka-compat.md stop).
+# DescribeConfigs are capped where the clients in docs/kafka-compat.md stop;
+# OffsetCommit 9+ / OffsetFetch 8+ carry KIP-848 member epochs and batched
+# groups, ListGroups 5 group types, DescribeGroups 6 error messages we do not
+# fill; group APIs' floors are Kafka 4.1's: OffsetCommit 2, OffsetFetch 1, JoinGroup 0 (put back for
+# librdkafka < 2.11, whose balanced consumer needs JoinGroup v0 in range, KAFKA-19444)).
 SERVED: dict[Api, tuple[int, int]] = {
     Api.PRODUCE: (3, 9),
     Api.FETCH: (4, 12),
     Api.LIST_OFFSETS: (1, 7),
     Api.METADATA: (0, 12),
-    Api.FIND_COORDINATOR: (0, 3),
+    Api.OFFSET_COMMIT: (2, 8),
+    Api.OFFSET_FETCH: (1, 7),
+    Api.FIND_COORDINATOR: (0, 6),
+    Api.JOIN_GROUP: (0, 9),
+    Api.HEARTBEAT: (0, 4),
+    Api.LEAVE_GROUP: (0, 5),
+    Api.SYNC_GROUP: (0, 5),
+    Api.DESCRIBE_GROUPS: (0, 5),
+    Api.LIST_GROUPS: (0, 4),
+    Api.DELETE_GROUPS: (0, 2),
     Api.API_VERSIONS: (0, 4),
     Api.CREATE_TOPICS: (2, 5),
     Api.DELETE_TOPICS: (1, 5),

@@ -7,8 +7,9 @@ manager, purgatory and leader core; CreateTopics and ElectLeaders through
 the one controller forward), and translating their answers back into
 Kafka's response fields; whole-request failures turned into Kafka's
 per-partition error responses; the APIs the msgpack path has no twin for
-(OffsetForLeaderEpoch, InitProducerId, FindCoordinator),
-answered from the metadata image and the partition's epoch cache.
+(OffsetForLeaderEpoch, DescribeConfigs, InitProducerId), answered from the
+metadata image and the partition's epoch cache; the group APIs through the
+msgpack listener's group handlers (minibroker.coordinator.handlers).
 
 Must not know: sockets or framing (minibroker.kafka.server), any
 replication rule (the replica manager and leader cores decide).
@@ -22,7 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from minibroker.broker.partition import NONE
-from minibroker.config import Config
+from minibroker.config import DEFAULTS, TOPIC_CONFIGS, Config
+from minibroker.coordinator.records import OFFSETS_TOPIC
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.kafka import codec
 from minibroker.kafka.codec import Api, CodecError
@@ -84,6 +86,15 @@ class KafkaApis:
             Api.LIST_OFFSETS: self._list_offsets,
             Api.METADATA: self._metadata,
             Api.FIND_COORDINATOR: self._find_coordinator,
+            Api.JOIN_GROUP: self._join_group,
+            Api.SYNC_GROUP: self._sync_group,
+            Api.HEARTBEAT: self._heartbeat,
+            Api.LEAVE_GROUP: self._leave_group,
+            Api.OFFSET_COMMIT: self._offset_commit,
+            Api.OFFSET_FETCH: self._offset_fetch,
+            Api.LIST_GROUPS: self._list_groups,
+            Api.DESCRIBE_GROUPS: self._describe_groups,
+            Api.DELETE_GROUPS: self._delete_groups,
             Api.CREATE_TOPICS: self._create_topics,
             Api.DELETE_TOPICS: self._delete_topics,
             Api.INIT_PRODUCER_ID: self._init_producer_id,
@@ -342,7 +353,8 @@ class KafkaApis:
         for t in resp["topics"]:
             topics.append({
                 "error_code": t["error"], "name": t["topic"],
-                "topic_id": codec.topic_uuid(t.get("topic_id") or ""), "is_internal": False,
+                "topic_id": codec.topic_uuid(t.get("topic_id") or ""),
+                "is_internal": t["topic"] == OFFSETS_TOPIC,
                 "partitions": [{"error_code": p["error"], "partition_index": p["partition"],
                                 "leader_id": p["leader"], "leader_epoch": p["leader_epoch"],
                                 "replica_nodes": p["replicas"], "isr_nodes": p["isr"],
@@ -373,12 +385,173 @@ class KafkaApis:
 
     # ------------------------------------------------------------------ groups and producers
 
+    async def _group_call(self, conn: KafkaConnection, req: _Request, api: ApiKey, body: dict) -> dict:
+        """The msgpack listener's group handler (minibroker.coordinator.handlers), body errors kept."""
+        fn = self.broker.msgpack_handler(api)
+        if fn is None:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{api.name} is not served by this broker")
+        resp = await fn(self._ctx(conn, req, api), body)
+        assert resp is not None
+        return resp
+
     async def _find_coordinator(self, conn: KafkaConnection, req: _Request) -> dict:
-        """Group and transaction coordinators are not served yet (consumer groups
-        come with issue 12): a retriable COORDINATOR_NOT_AVAILABLE."""
-        return {"throttle_time_ms": 0, "error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                "error_message": "minibroker does not serve group or transaction coordinators yet",
-                "node_id": -1, "host": "", "port": -1}
+        """v0-3: one key; v4+ (KIP-699): a batch of coordinator keys, each answered."""
+        r = req.body
+        keys = list(r.coordinator_keys or []) if req.version >= 4 else [r.key]
+        key_type = r.key_type if req.version >= 1 else 0
+        self._check_size(len(keys))
+        answers = []
+        for key in keys:
+            try:
+                a = await self._group_call(conn, req, ApiKey.FIND_COORDINATOR, {"key": key, "key_type": key_type})
+            except KafkaError as exc:
+                a = {"error": int(exc.code), "message": exc.message, "node_id": -1, "host": "", "port": -1}
+            answers.append({"key": key, "node_id": a["node_id"], "host": a["host"], "port": a["port"],
+                            "error_code": a["error"], "error_message": a["message"] or None})
+        if req.version >= 4:
+            return {"throttle_time_ms": 0, "coordinators": answers}
+        a = answers[0]
+        return {"throttle_time_ms": 0, "error_code": a["error_code"], "error_message": a["error_message"],
+                "node_id": a["node_id"], "host": a["host"], "port": a["port"]}
+
+    async def _join_group(self, conn: KafkaConnection, req: _Request) -> dict:
+        r, v = req.body, req.version
+        body = {"group_id": r.group_id, "member_id": r.member_id or "",
+                "group_instance_id": r.group_instance_id if v >= 5 else None,
+                "session_timeout_ms": r.session_timeout_ms,
+                "rebalance_timeout_ms": r.rebalance_timeout_ms if v >= 1 else -1,   # v0: the session timeout
+                "protocol_type": r.protocol_type, "protocols": [{"name": p.name, "metadata": p.metadata or b""}
+                                                                for p in r.protocols],
+                # KIP-394: v4+ clients are asked to rejoin with the member id they are given.
+                "require_known_member_id": v >= 4}
+        try:
+            a = await self._group_call(conn, req, ApiKey.JOIN_GROUP, body)
+        except KafkaError as exc:
+            a = {"error": int(exc.code), "generation_id": -1, "protocol_type": None, "protocol_name": None,
+                 "leader": "", "member_id": body["member_id"], "members": []}
+        nullable = v >= 7
+        return {"throttle_time_ms": 0, "error_code": a["error"], "generation_id": a["generation_id"],
+                "protocol_type": a["protocol_type"] if nullable else (a["protocol_type"] or ""),
+                "protocol_name": a["protocol_name"] if nullable else (a["protocol_name"] or ""),
+                "leader": a["leader"], "skip_assignment": False, "member_id": a["member_id"],
+                "members": [{"member_id": m["member_id"], "group_instance_id": m["group_instance_id"],
+                             "metadata": m["metadata"]} for m in a["members"]]}
+
+    async def _sync_group(self, conn: KafkaConnection, req: _Request) -> dict:
+        r, v = req.body, req.version
+        body = {"group_id": r.group_id, "generation_id": r.generation_id, "member_id": r.member_id,
+                "protocol_type": r.protocol_type if v >= 5 else None,
+                "protocol_name": r.protocol_name if v >= 5 else None,
+                "assignments": [{"member_id": a.member_id, "assignment": a.assignment or b""}
+                                for a in r.assignments or []]}
+        try:
+            a = await self._group_call(conn, req, ApiKey.SYNC_GROUP, body)
+        except KafkaError as exc:
+            a = {"error": int(exc.code), "protocol_type": None, "protocol_name": None, "assignment": b""}
+        return {"throttle_time_ms": 0, "error_code": a["error"], "protocol_type": a["protocol_type"],
+                "protocol_name": a["protocol_name"], "assignment": a["assignment"]}
+
+    async def _heartbeat(self, conn: KafkaConnection, req: _Request) -> dict:
+        r = req.body
+        try:
+            a = await self._group_call(conn, req, ApiKey.HEARTBEAT, {
+                "group_id": r.group_id, "generation_id": r.generation_id, "member_id": r.member_id})
+        except KafkaError as exc:
+            a = {"error": int(exc.code)}
+        return {"throttle_time_ms": 0, "error_code": a["error"]}
+
+    async def _leave_group(self, conn: KafkaConnection, req: _Request) -> dict:
+        r, v = req.body, req.version
+        members = [m.member_id for m in r.members or []] if v >= 3 else [r.member_id]
+        self._check_size(len(members))
+        try:
+            a = await self._group_call(conn, req, ApiKey.LEAVE_GROUP, {"group_id": r.group_id, "members": members})
+        except KafkaError as exc:
+            a = {"error": int(exc.code), "members": []}
+        errors = a["members"]
+        top = a["error"]
+        if v < 3 and not top and errors:
+            top = errors[0]["error"]          # one member: its error is the request's
+        return {"throttle_time_ms": 0, "error_code": top, "members": [
+            {"member_id": e["member_id"], "group_instance_id": None, "error_code": e["error"]} for e in errors]}
+
+    async def _offset_commit(self, conn: KafkaConnection, req: _Request) -> dict:
+        r, v = req.body, req.version
+        topics = [{"topic": t.name, "partitions": [
+            {"partition": p.partition_index, "offset": p.committed_offset,
+             "leader_epoch": p.committed_leader_epoch if v >= 6 else -1, "metadata": p.committed_metadata or ""}
+            for p in t.partitions]} for t in r.topics]
+        self._check_size(sum(len(t["partitions"]) for t in topics))
+        body = {"group_id": r.group_id, "generation_id": r.generation_id_or_member_epoch,
+                "member_id": r.member_id or "", "topics": topics}
+        try:
+            a = await self._group_call(conn, req, ApiKey.OFFSET_COMMIT, body)
+        except KafkaError as exc:
+            a = {"topics": [{"topic": t["topic"], "partitions": [{"partition": p["partition"], "error": int(exc.code)}
+                                                                  for p in t["partitions"]]} for t in topics]}
+        return {"throttle_time_ms": 0, "topics": [
+            {"name": t["topic"], "partitions": [{"partition_index": p["partition"], "error_code": p["error"]}
+                                                for p in t["partitions"]]} for t in a["topics"]]}
+
+    async def _offset_fetch(self, conn: KafkaConnection, req: _Request) -> dict:
+        r = req.body
+        topics = None if r.topics is None else [{"topic": t.name, "partitions": list(t.partition_indexes)}
+                                                for t in r.topics]
+        if topics is not None:
+            self._check_size(sum(len(t["partitions"]) for t in topics))
+        try:
+            a = await self._group_call(conn, req, ApiKey.OFFSET_FETCH, {"group_id": r.group_id, "topics": topics})
+        except KafkaError as exc:
+            a = {"error": int(exc.code), "topics": []}
+        if a["error"] and req.version < 2:
+            # v0-1 have no top-level error: each partition carries it.
+            a["topics"] = [{"topic": t["topic"], "partitions": [
+                {"partition": p, "offset": -1, "leader_epoch": -1, "metadata": "", "error": a["error"]}
+                for p in t["partitions"]]} for t in topics or []]
+        return {"throttle_time_ms": 0, "error_code": a["error"], "topics": [
+            {"name": t["topic"], "partitions": [
+                {"partition_index": p["partition"], "committed_offset": p["offset"],
+                 "committed_leader_epoch": p["leader_epoch"], "metadata": p["metadata"], "error_code": p["error"]}
+                for p in t["partitions"]]} for t in a["topics"]]}
+
+    async def _list_groups(self, conn: KafkaConnection, req: _Request) -> dict:
+        states = list(req.body.states_filter or []) if req.version >= 4 else []
+        try:
+            a = await self._group_call(conn, req, ApiKey.LIST_GROUPS, {"states": states})
+        except KafkaError as exc:
+            return {"throttle_time_ms": 0, "error_code": int(exc.code), "groups": []}
+        return {"throttle_time_ms": 0, "error_code": 0, "groups": [
+            {"group_id": g["group_id"], "protocol_type": g["protocol_type"], "group_state": g["state"]}
+            for g in a["groups"]]}
+
+    async def _describe_groups(self, conn: KafkaConnection, req: _Request) -> dict:
+        names = list(req.body.groups or [])
+        self._check_size(len(names))
+        try:
+            a = await self._group_call(conn, req, ApiKey.DESCRIBE_GROUPS, {"groups": names})
+            groups = a["groups"]
+        except KafkaError as exc:
+            groups = [{"group_id": n, "error": int(exc.code), "state": "", "protocol_type": "", "protocol": "",
+                       "members": []} for n in names]
+        return {"throttle_time_ms": 0, "groups": [
+            {"error_code": g["error"], "group_id": g["group_id"], "group_state": g["state"],
+             "protocol_type": g["protocol_type"], "protocol_data": g["protocol"],
+             "members": [{"member_id": m["member_id"], "group_instance_id": m["group_instance_id"],
+                          "client_id": m["client_id"], "client_host": m["client_host"],
+                          "member_metadata": m["metadata"], "member_assignment": m["assignment"]}
+                         for m in g["members"]],
+             "authorized_operations": _NO_AUTHORIZED_OPERATIONS} for g in groups]}
+
+    async def _delete_groups(self, conn: KafkaConnection, req: _Request) -> dict:
+        names = list(req.body.groups_names or [])
+        self._check_size(len(names))
+        try:
+            a = await self._group_call(conn, req, ApiKey.DELETE_GROUPS, {"groups": names})
+            results = a["results"]
+        except KafkaError as exc:
+            results = [{"group_id": n, "error": int(exc.code)} for n in names]
+        return {"throttle_time_ms": 0, "results": [{"group_id": x["group_id"], "error_code": x["error"]}
+                                                   for x in results]}
 
     async def _init_producer_id(self, conn: KafkaConnection, req: _Request) -> dict:
         """A producer id so idempotent-by-default clients start. The broker does

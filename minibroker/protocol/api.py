@@ -23,6 +23,15 @@ class ApiKey(enum.IntEnum):
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
     SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
@@ -30,6 +39,7 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
     ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
     DESCRIBE_QUORUM = 55
@@ -99,6 +109,34 @@ REQUESTS: dict[ApiKey, dict[str, Any]] = {
         "topics": [str],
         "timeout_ms": Opt(int, 30_000),
     },
+    # Groups (the classic protocol, answered by the group's coordinator: FindCoordinator first).
+    ApiKey.FIND_COORDINATOR: {"key": str, "key_type": Opt(int, 0)},        # 0 group (1 transaction: refused)
+    ApiKey.JOIN_GROUP: {
+        "group_id": str,
+        "member_id": Opt(str, ""),              # "" on the first join: answered MEMBER_ID_REQUIRED (KIP-394)
+        "group_instance_id": Opt(Nullable(str), None),
+        "session_timeout_ms": int,
+        "rebalance_timeout_ms": Opt(int, -1),   # -1: the session timeout
+        "protocol_type": str,                   # "consumer"
+        "protocols": [{"name": str, "metadata": bytes}],
+    },
+    ApiKey.SYNC_GROUP: {
+        "group_id": str, "generation_id": int, "member_id": str,
+        "assignments": Opt([{"member_id": str, "assignment": bytes}], []),   # the leader's only
+    },
+    ApiKey.HEARTBEAT: {"group_id": str, "generation_id": int, "member_id": str},
+    ApiKey.LEAVE_GROUP: {"group_id": str, "members": [str]},
+    ApiKey.OFFSET_COMMIT: {
+        "group_id": str,
+        "generation_id": Opt(int, -1),          # -1 with member_id "": a commit to an Empty group (tools)
+        "member_id": Opt(str, ""),
+        "topics": [{"topic": str, "partitions": [{
+            "partition": int, "offset": int, "leader_epoch": Opt(int, -1), "metadata": Opt(str, "")}]}],
+    },
+    ApiKey.OFFSET_FETCH: {"group_id": str, "topics": Opt(Nullable([{"topic": str, "partitions": [int]}]), None)},
+    ApiKey.LIST_GROUPS: {"states": Opt([str], [])},           # Kafka's state names; [] = every state
+    ApiKey.DESCRIBE_GROUPS: {"groups": [str]},
+    ApiKey.DELETE_GROUPS: {"groups": [str]},
     ApiKey.SASL_HANDSHAKE: {"mechanism": str},
     ApiKey.SASL_AUTHENTICATE: {"auth_bytes": bytes},     # one SCRAM message (minibroker.net.scram)
     ApiKey.DESCRIBE_CONFIGS: {

@@ -57,6 +57,9 @@ FAST_SETTINGS: dict[str, str] = {
 # (--client-rack, KIP-392) when the leader may pick a follower to read from.
 CLUSTER_DEFAULTS: dict[str, str] = {
     "replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector",
+    # Every broker of a local cluster shares one machine: 10 offsets-topic partitions (Kafka's
+    # default is 50) keep 30 replicas instead of 150 fetching and open (docs/kafka-mapping.md).
+    "offsets.topic.num.partitions": "10",
 }
 
 

@@ -1,0 +1,142 @@
+"""`minibroker consumer-groups` (kafka-consumer-groups): --list, --describe, --reset-offsets, --delete.
+
+Thin by rule: options and Kafka's output formats; the work is in
+minibroker.client.group_admin.
+"""
+from __future__ import annotations
+
+import click
+
+from minibroker.cli.common import bootstrap_option, fail, handle_errors, reachable_bootstrap, run_async
+from minibroker.client.admin import Admin
+from minibroker.client.group_admin import GroupAdmin, GroupView
+from minibroker.client.types import TopicPartition
+from minibroker.errors import ErrorCode
+
+_DRY_RUN_WARNING = ("WARN: No action will be performed as the --execute option is missing. "
+                    "You should add the --dry-run option explicitly if you are scripting this command "
+                    "and want to keep the current default behavior without prompting.")
+
+
+def describe_lines(v: GroupView) -> list[str]:
+    """Kafka's ConsumerGroupCommand offsets table (LOG-END-OFFSET is the high watermark; LAG against it)."""
+    rows: list[tuple[str, str, str, str, str, str, str, str, str]] = []
+    owner: dict[TopicPartition, tuple[str, str, str]] = {}
+    for m in v.members:
+        for tp in m.assignment:
+            owner[tp] = (m.member_id, m.host, m.client_id)
+    for tp in sorted(set(v.committed) | set(owner)):
+        cur = v.committed.get(tp)
+        end = v.log_end.get(tp)
+        lag = "-" if cur is None or end is None else str(max(0, end - cur))
+        cid, host, client = owner.get(tp, ("-", "-", "-"))
+        rows.append((v.group_id, tp.topic, str(tp.partition), "-" if cur is None else str(cur),
+                     "-" if end is None else str(end), lag, cid, host, client))
+    for m in v.members:
+        if not m.assignment:
+            rows.append((v.group_id, "-", "-", "-", "-", "-", m.member_id, m.host, m.client_id))
+    header = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
+              "CLIENT-ID")
+    gw = max([15, len(v.group_id)])
+    tw = max([15] + [len(r[1]) for r in rows])
+    cw = max([15] + [len(r[6]) for r in rows])
+    hw = max([15] + [len(r[7]) for r in rows])
+    out = [""]
+    for r in [header, *rows]:
+        out.append(f"{r[0]:<{gw}} {r[1]:<{tw}} {r[2]:<10} {r[3]:<15} {r[4]:<15} {r[5]:<15} {r[6]:<{cw}} "
+                   f"{r[7]:<{hw}} {r[8]}")
+    return out
+
+
+def reset_lines(group: str, targets: dict[TopicPartition, int]) -> list[str]:
+    out = ["", f"{'GROUP':<30} {'TOPIC':<30} {'PARTITION':<10} {'NEW-OFFSET':<15}"]
+    for tp, o in sorted(targets.items()):
+        out.append(f"{group:<30} {tp.topic:<30} {tp.partition:<10} {o:<15}")
+    return out
+
+
+@click.command("consumer-groups")
+@bootstrap_option
+@click.option("--list", "list_", is_flag=True, help="List every consumer group.")
+@click.option("--describe", is_flag=True, help="Describe --group: offsets, log end (high watermark), lag, members.")
+@click.option("--reset-offsets", is_flag=True, help="Reset --group's offsets (dry run unless --execute).")
+@click.option("--delete", is_flag=True, help="Delete --group (only a group without active members).")
+@click.option("--group", help="The consumer group.")
+@click.option("--topic", help="--reset-offsets: the topic whose partitions are reset.")
+@click.option("--all-topics", is_flag=True, help="--reset-offsets: every topic the group has offsets for.")
+@click.option("--to-earliest", is_flag=True, help="Reset to the log start offset.")
+@click.option("--to-latest", is_flag=True, help="Reset to the high watermark.")
+@click.option("--to-offset", type=int, help="Reset to this offset (clamped to the log's range).")
+@click.option("--execute", is_flag=True, help="Commit the reset offsets.")
+@click.option("--dry-run", is_flag=True, help="Only show the offsets a reset would commit (the default).")
+@click.option("--state", "states", help="--list: only groups in these comma-separated states (and show STATE).")
+@handle_errors
+def consumer_groups(bootstrap_server: str | None, list_: bool, describe: bool, reset_offsets: bool, delete: bool,
+                    group: str | None, topic: str | None, all_topics: bool, to_earliest: bool, to_latest: bool,
+                    to_offset: int | None, execute: bool, dry_run: bool, states: str | None) -> None:
+    """List, describe, reset and delete consumer groups, as kafka-consumer-groups does."""
+    actions = sum((list_, describe, reset_offsets, delete))
+    if actions != 1:
+        fail("Command must include exactly one action: --list, --describe, --delete, --reset-offsets")
+    if not list_ and not group:
+        fail("Option --group is required with --describe, --delete and --reset-offsets")
+    bootstrap = reachable_bootstrap(bootstrap_server)
+
+    async def go() -> None:
+        async with Admin(bootstrap) as admin:
+            ga = GroupAdmin(admin)
+            assert list_ or group is not None
+            if list_:
+                wanted = [s.strip() for s in states.split(",")] if states else None
+                groups = await ga.list_groups(wanted)
+                if wanted is None:
+                    for gid, _, _ in groups:
+                        click.echo(gid)
+                else:
+                    w = max([15] + [len(g[0]) for g in groups])
+                    click.echo(f"{'GROUP':<{w}} STATE")
+                    for gid, _, st in groups:
+                        click.echo(f"{gid:<{w}} {st}")
+            elif describe:
+                assert group is not None
+                v = await ga.describe(group)
+                if v.state == "Dead":
+                    fail(f"Error: Consumer group '{group}' does not exist.")
+                if v.state in ("PreparingRebalance", "CompletingRebalance"):
+                    click.echo(f"\nWarning: Consumer group '{group}' is rebalancing.")
+                elif not v.members:
+                    click.echo(f"\nConsumer group '{group}' has no active members.")
+                for line in describe_lines(v):
+                    click.echo(line)
+            elif delete:
+                assert group is not None
+                code = await ga.delete(group)
+                if code == ErrorCode.NONE:
+                    click.echo(f"Deletion of requested consumer groups ('{group}') was successful.")
+                else:
+                    reason = {ErrorCode.NON_EMPTY_GROUP: "GroupNotEmptyException: The group is not empty.",
+                              ErrorCode.GROUP_ID_NOT_FOUND: "GroupIdNotFoundException: The group id does not exist."}
+                    fail(f"Error: Deletion of some consumer groups failed:\n* Group '{group}' could not be deleted "
+                         f"due to: {reason.get(ErrorCode(code), ErrorCode(code).name)}")
+            else:
+                assert group is not None
+                specs = [s for s, on in (("earliest", to_earliest), ("latest", to_latest),
+                                         ("offset", to_offset is not None)) if on]
+                if len(specs) != 1:
+                    fail("Option --reset-offsets needs exactly one of --to-earliest, --to-latest, --to-offset")
+                if (topic is None) == (not all_topics):
+                    fail("Option --reset-offsets needs one of --topic or --all-topics")
+                if execute and dry_run:
+                    fail("Option --execute and --dry-run cannot be used together")
+                v = await ga.describe(group)
+                if v.members or v.state not in ("Empty", "Dead"):
+                    fail(f"Error: Assignments can only be reset if the group '{group}' is inactive, "
+                         f"but the current state is {v.state}.")
+                targets = await ga.reset_targets(group, topic, specs[0], to_offset)
+                if not execute and not dry_run:
+                    click.echo(_DRY_RUN_WARNING)
+                if execute:
+                    await ga.commit(group, targets)
+                for line in reset_lines(group, targets):
+                    click.echo(line)
+    run_async(go())

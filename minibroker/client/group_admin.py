@@ -1,0 +1,157 @@
+"""Consumer-group administration (kafka-consumer-groups' client side).
+
+Owns: listing groups (every broker answers for the groups it coordinates, as
+Kafka's admin asks every broker), describing a group (its coordinator's
+DescribeGroups and OffsetFetch, members' assignments decoded from Kafka's
+consumer protocol, the high watermark of each partition for LAG), computing
+and committing offset resets (only to a group without active members, as
+Kafka), and deleting groups.
+
+Must not know: formatting (minibroker.cli.consumer_groups), the group rules.
+"""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from minibroker.client.admin import Admin
+from minibroker.client.consumer_protocol import decode_assignment
+from minibroker.client.network import Address, now_ms
+from minibroker.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from minibroker.client.types import TopicPartition
+from minibroker.errors import ErrorCode, KafkaError
+from minibroker.net.connection import check
+from minibroker.protocol.api import ApiKey
+
+_RETRY = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.NOT_COORDINATOR,
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE})
+
+
+@dataclass(frozen=True)
+class MemberView:
+    member_id: str
+    client_id: str
+    host: str
+    assignment: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True)
+class GroupView:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    coordinator: int
+    members: tuple[MemberView, ...]
+    committed: dict[TopicPartition, int]
+    log_end: dict[TopicPartition, int]
+
+
+class GroupAdmin:
+    def __init__(self, admin: Admin) -> None:
+        self.admin = admin
+        self.net = admin.net
+
+    async def coordinator(self, group_id: str) -> tuple[int, Address]:
+        deadline = now_ms() + self.admin.api_timeout_ms
+        while True:
+            _, resp = await self.net.request_any(ApiKey.FIND_COORDINATOR, {"key": group_id, "key_type": 0})
+            code = resp.get("error", 0)
+            if not code:
+                return resp["node_id"], (resp["host"], resp["port"])
+            if code not in _RETRY or now_ms() >= deadline:
+                raise KafkaError(code, f"the coordinator of group {group_id}: {resp.get('message', '')}",
+                                 remote=True)
+            await asyncio.sleep(0.1)
+
+    async def _call(self, group_id: str, api: ApiKey, body: dict[str, Any],
+                    error_of: Any = lambda r: r.get("error", 0)) -> tuple[int, dict[str, Any]]:
+        deadline = now_ms() + self.admin.api_timeout_ms
+        while True:
+            node, addr = await self.coordinator(group_id)
+            resp = await self.net.request_address(addr, api, body, channel="meta")
+            code = error_of(resp)
+            if code not in _RETRY or now_ms() >= deadline:
+                return node, resp
+            await asyncio.sleep(0.1)
+
+    async def list_groups(self, states: list[str] | None = None) -> list[tuple[str, str, str]]:
+        """(group id, protocol type, state) of every group, from every broker."""
+        resp = await self.admin.metadata([])
+        out: set[tuple[str, str, str]] = set()
+        for b in resp["brokers"]:
+            r = check(await self.net.request_address((b["host"], b["port"]), ApiKey.LIST_GROUPS,
+                                                     {"states": states or []}, channel="meta"))
+            out |= {(g["group_id"], g["protocol_type"], g["state"]) for g in r["groups"]}
+        return sorted(out)
+
+    async def describe(self, group_id: str) -> GroupView:
+        node, resp = await self._call(group_id, ApiKey.DESCRIBE_GROUPS, {"groups": [group_id]},
+                                      lambda r: r.get("error") or r["groups"][0]["error"])
+        check(resp)
+        g = resp["groups"][0]
+        if g["error"]:
+            raise KafkaError(g["error"], f"describing group {group_id}", remote=True)
+        members = []
+        for m in g["members"]:
+            try:
+                tps = tuple(decode_assignment(m["assignment"])) if g["protocol_type"] == "consumer" else ()
+            except ValueError:
+                tps = ()
+            members.append(MemberView(m["member_id"], m["client_id"], m["client_host"], tps))
+        _, off = await self._call(group_id, ApiKey.OFFSET_FETCH, {"group_id": group_id, "topics": None})
+        check(off)
+        committed = {TopicPartition(t["topic"], p["partition"]): p["offset"] for t in off["topics"]
+                     for p in t["partitions"] if p["offset"] >= 0}
+        wanted = set(committed) | {tp for m in members for tp in m.assignment}
+        ends = await self.admin.list_offsets({tp: LATEST_TIMESTAMP for tp in sorted(wanted)}) if wanted else {}
+        return GroupView(group_id, g["state"], g["protocol_type"], g["protocol"], node, tuple(members),
+                         committed, {tp: r.offset for tp, r in ends.items()})
+
+    async def reset_targets(self, group_id: str, topic: str | None, spec: str, to_offset: int | None
+                            ) -> dict[TopicPartition, int]:
+        """The offsets a reset would commit: --to-earliest / --to-latest / --to-offset N (clamped to the
+        log's range, as Kafka), for the topic's partitions (default: the group's committed ones)."""
+        view = await self.describe(group_id)
+        if topic is not None:
+            tps = [TopicPartition(topic, p) for p in await self._partitions(topic)]
+        else:
+            tps = sorted(view.committed)
+        earliest = await self.admin.list_offsets({tp: EARLIEST_TIMESTAMP for tp in tps}) if tps else {}
+        latest = await self.admin.list_offsets({tp: LATEST_TIMESTAMP for tp in tps}) if tps else {}
+        out = {}
+        for tp in tps:
+            lo, hi = earliest[tp].offset, latest[tp].offset
+            if spec == "earliest":
+                out[tp] = lo
+            elif spec == "latest":
+                out[tp] = hi
+            else:
+                assert to_offset is not None
+                out[tp] = min(max(to_offset, lo), hi)
+        return out
+
+    async def _partitions(self, topic: str) -> list[int]:
+        return sorted((await self.admin.topic_offsets(topic)).keys())
+
+    async def commit(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
+        """A simple commit (generation -1, no member): refused unless the group is Empty."""
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for tp, o in sorted(offsets.items()):
+            by_topic.setdefault(tp.topic, []).append({"partition": tp.partition, "offset": o})
+        _, resp = await self._call(group_id, ApiKey.OFFSET_COMMIT, {
+            "group_id": group_id, "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]},
+            lambda r: next((p["error"] for t in r.get("topics", ()) for p in t["partitions"] if p["error"]), 0))
+        check(resp)
+        for t in resp["topics"]:
+            for p in t["partitions"]:
+                if p["error"]:
+                    raise KafkaError(p["error"], f"committing {t['topic']}-{p['partition']} for group {group_id}",
+                                     remote=True)
+
+    async def delete(self, group_id: str) -> int:
+        _, resp = await self._call(group_id, ApiKey.DELETE_GROUPS, {"groups": [group_id]},
+                                   lambda r: r.get("error") or r["results"][0]["error"])
+        check(resp)
+        return int(resp["results"][0]["error"])

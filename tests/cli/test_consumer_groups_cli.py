@@ -1,0 +1,96 @@
+"""`consume --group` and `consumer-groups` as a user runs them: real CLI processes
+against a real 3-broker cluster (minibroker's own group member, msgpack listener)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from minibroker.testing.fixtures import shared_cluster  # noqa: F401
+
+pytestmark = pytest.mark.cluster
+
+
+def run(c, *args, input=None, timeout=120):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MINIBROKER_")}
+    env["MINIBROKER_BOOTSTRAP"] = c.bootstrap
+    return subprocess.run([sys.executable, "-m", "minibroker.cli", *args], input=input, env=env,
+                          capture_output=True, timeout=timeout)
+
+
+def ok(r) -> str:
+    assert r.returncode == 0, (r.stdout.decode(), r.stderr.decode())
+    return r.stdout.decode()
+
+
+def row(out: str, topic: str, partition: int) -> list[str]:
+    for line in out.splitlines():
+        cols = line.split()
+        if len(cols) >= 4 and cols[1] == topic and cols[2] == str(partition):
+            return cols
+    raise AssertionError(f"no row for {topic}-{partition} in:\n{out}")
+
+
+def test_consume_group_commits_and_resumes_and_describe_shows_lag_against_the_high_watermark(shared_cluster):
+    c = shared_cluster
+    ok(run(c, "topics", "create", "--topic", "cg", "--partitions", "1", "--replication-factor", "3"))
+    ok(run(c, "produce", "--topic", "cg", input=b"".join(b"v%d\n" % i for i in range(10))))
+    first = run(c, "consume", "--topic", "cg", "--group", "cli-g", "--from-beginning", "--max-messages", "4")
+    got_first = ok(first).split()
+    assert len(got_first) == 4 and b"Processed a total of 4 messages" in first.stderr
+    described = ok(run(c, "consumer-groups", "--describe", "--group", "cli-g"))
+    assert "Consumer group 'cli-g' has no active members." in described
+    assert described.splitlines()[3].split() == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET",
+                                                 "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"]
+    assert row(described, "cg", 0) == ["cli-g", "cg", "0", "4", "10", "6", "-", "-", "-"]
+    # A restarted member starts at the committed offsets: it gets the other six, none twice.
+    rest = ok(run(c, "consume", "--topic", "cg", "--group", "cli-g")).split()
+    assert sorted(got_first + rest) == sorted(f"v{i}" for i in range(10))
+    # watch shows the offsets topic's partitions and an event per coordinator load.
+    frame = ok(run(c, "watch", "--once", "--events", "200", "--all-events"))
+    assert "__consumer_offsets-0 " in frame and "coordinator_load" in frame
+    assert ok(run(c, "consumer-groups", "--list")).split().count("cli-g") == 1
+    dry = run(c, "consumer-groups", "--reset-offsets", "--group", "cli-g", "--topic", "cg", "--to-earliest")
+    assert "WARN: No action will be performed" in ok(dry)
+    assert row(ok(dry), "cg", 0)[3] == "0"
+    assert row(ok(run(c, "consumer-groups", "--describe", "--group", "cli-g")), "cg", 0)[3] != "0"
+    ok(run(c, "consumer-groups", "--reset-offsets", "--group", "cli-g", "--topic", "cg", "--to-offset", "1",
+           "--execute"))
+    after = ok(run(c, "consumer-groups", "--describe", "--group", "cli-g"))
+    assert row(after, "cg", 0)[3:6] == ["1", "10", "9"]
+    deleted = ok(run(c, "consumer-groups", "--delete", "--group", "cli-g"))
+    assert "Deletion of requested consumer groups ('cli-g') was successful." in deleted
+    assert "cli-g" not in ok(run(c, "consumer-groups", "--list")).split()
+    gone = run(c, "consumer-groups", "--describe", "--group", "cli-g")
+    assert gone.returncode == 1 and b"Consumer group 'cli-g' does not exist." in gone.stderr
+
+
+def test_an_active_groups_offsets_are_not_reset(shared_cluster):
+    c = shared_cluster
+    ok(run(c, "topics", "create", "--topic", "cg-active", "--partitions", "1", "--replication-factor", "3"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MINIBROKER_")}
+    env["MINIBROKER_BOOTSTRAP"] = c.bootstrap
+    member = subprocess.Popen([sys.executable, "-m", "minibroker.cli", "consume", "--topic", "cg-active", "--group",
+                               "active-g", "--follow"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        from minibroker.testing.wait import until_sync
+
+        def stable() -> bool:
+            r = run(c, "consumer-groups", "--describe", "--group", "active-g")
+            return r.returncode == 0 and "cg-active" in r.stdout.decode() and "no active" not in r.stdout.decode() \
+                and "rebalancing" not in r.stdout.decode()
+        until_sync(stable, "the member owns cg-active-0", timeout_s=60, interval_s=0.2)
+        described = ok(run(c, "consumer-groups", "--describe", "--group", "active-g"))
+        cols = row(described, "cg-active", 0)
+        assert cols[6].startswith("console-consumer-") and cols[7].startswith("/127.")
+        assert cols[8] == "console-consumer"
+        r = run(c, "consumer-groups", "--reset-offsets", "--group", "active-g", "--topic", "cg-active",
+                "--to-earliest", "--execute")
+        assert r.returncode == 1 and b"can only be reset if the group 'active-g' is inactive" in r.stderr
+        d = run(c, "consumer-groups", "--delete", "--group", "active-g")
+        assert d.returncode == 1 and b"GroupNotEmptyException" in d.stderr
+    finally:
+        member.kill()
+        member.wait(30)

@@ -1,0 +1,119 @@
+"""Data-driven scenarios for the classic group core (testdata/*.txt, etcd raft's
+testdata style, minibroker.testing.datadriven; MINIBROKER_REWRITE=1 rewrites
+the golden output).
+
+Commands (every time is `now=` ms; tokens number the requests, printed as #N):
+  group [delay=] [min-session=]        a new Empty group (initial rebalance delay, default 0)
+  join now= [member=] [new-id=] [client=] [session=] [rebalance=] [protocols=range:a,roundrobin:b]
+       [v3]                           (v3: no MEMBER_ID_REQUIRED round trip)
+  sync now= member= gen= [assign=m1:x,m2:y]
+  heartbeat now= member= gen=     leave now= members=a,b     tick now=
+  commit member= gen=             delete now=                state
+  store-failed now= [error=]       (the driver could not write the group's metadata)
+Each command prints the decisions the core returned, then the group's state.
+"""
+from __future__ import annotations
+
+import glob
+import os
+
+import pytest
+
+from minibroker.coordinator.group import (Decision, Group, GroupEvent, GroupSettings, JoinResponse, StoreGroup,
+                                          SyncResponse)
+from minibroker.testing.datadriven import Command, ScenarioError, run_file
+
+HERE = os.path.join(os.path.dirname(__file__), "testdata")
+
+
+def _pairs(raw: str) -> list[tuple[str, bytes]]:
+    if raw in ("", "-"):
+        return []
+    out = []
+    for item in raw.split(","):
+        name, _, val = item.partition(":")
+        out.append((name, val.encode()))
+    return out
+
+
+def decision_line(d: Decision) -> str:
+    if isinstance(d, JoinResponse):
+        s = f"join-response #{d.token} {d.error.name}"
+        if d.member_id:
+            s += f" member={d.member_id}"
+        if d.generation_id >= 0:
+            s += f" gen={d.generation_id} protocol={d.protocol_name} leader={d.leader}"
+        if d.members:
+            s += " members=" + ",".join(f"{m}:{meta.decode()}" for m, _, meta in d.members)
+        return s
+    if isinstance(d, SyncResponse):
+        s = f"sync-response #{d.token} {d.error.name}"
+        return s + (f" assignment={d.assignment.decode()}" if d.assignment else "")
+    if isinstance(d, StoreGroup):
+        return f"store-group gen={d.generation_id}"
+    assert isinstance(d, GroupEvent)
+    return f"event {d.kind} {d.before or '-'} -> {d.after or '-'}: {d.reason}"
+
+
+class Scenario:
+    def __init__(self) -> None:
+        self.group: Group | None = None
+        self.token = 0
+
+    def _g(self, cmd: Command) -> Group:
+        if self.group is None:
+            raise ScenarioError(f"{cmd.where}: `group` first")
+        return self.group
+
+    def state_line(self) -> str:
+        g = self.group
+        assert g is not None
+        members = ",".join(g.members) or "-"
+        return (f"state {g.state.value} gen={g.generation_id} leader={g.leader or '-'} members={members}"
+                + (f" pending={','.join(g.pending)}" if g.pending else ""))
+
+    def __call__(self, cmd: Command) -> str:
+        if cmd.name == "group":
+            self.group = Group("g", GroupSettings(min_session_timeout_ms=cmd.int("min-session", 1000),
+                                                  initial_rebalance_delay_ms=cmd.int("delay", 0)))
+            return self.state_line()
+        g = self._g(cmd)
+        now = cmd.int("now", 0)
+        out: list[str] = []
+        decisions: list[Decision] = []
+        if cmd.name == "join":
+            self.token += 1
+            decisions = g.maybe_join(self.token, cmd.str("member", ""), None, cmd.str("client", "c"), "/127.0.0.1",
+                                     cmd.int("session", 10_000), cmd.int("rebalance", 30_000), "consumer",
+                                     _pairs(cmd.str("protocols", "range:r")), not cmd.bool("v3"),
+                                     cmd.str("new-id", f"m{self.token}"), now)
+            out.append(f"request #{self.token}")
+        elif cmd.name == "sync":
+            self.token += 1
+            decisions = g.maybe_sync(self.token, cmd.str("member"), cmd.int("gen"), "consumer", None,
+                                     _pairs(cmd.str("assign", "")), now)
+            out.append(f"request #{self.token}")
+        elif cmd.name == "heartbeat":
+            out.append(f"heartbeat {g.heartbeat(cmd.str('member'), cmd.int('gen'), now).name}")
+        elif cmd.name == "leave":
+            errors, decisions = g.maybe_leave(cmd.str("members").split(","), now)
+            out.append("leave " + ",".join(e.name for e in errors))
+        elif cmd.name == "tick":
+            decisions = g.tick(now)
+        elif cmd.name == "commit":
+            out.append(f"commit {g.validate_commit(cmd.str('member', ''), cmd.int('gen', -1)).name}")
+        elif cmd.name == "delete":
+            err, decisions = g.maybe_delete(now)
+            out.append(f"delete {err.name}")
+        elif cmd.name == "store-failed":
+            decisions = g.maybe_store_failed(now, cmd.str("error", "NOT_ENOUGH_REPLICAS"))
+        elif cmd.name != "state":
+            raise ScenarioError(f"{cmd.where}: unknown command {cmd.name}")
+        out += [decision_line(d) for d in decisions]
+        out.append(self.state_line())
+        return "\n".join(out)
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(HERE, "*.txt"))), ids=os.path.basename)
+def test_group_scenario_matches_its_golden_output(path: str) -> None:
+    run_file(path, Scenario())

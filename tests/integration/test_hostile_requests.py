@@ -225,7 +225,7 @@ async def test_the_tail_cache_releases_big_batches(hc):
     finally:
         conn.close()
     after = [rss_bytes(p) for p in pids]
-    grown = [(a - b) >> 20 for a, b in zip(after, before)]
+    grown = [(a - b) >> 20 for a, b in zip(after, before, strict=True)]
     # Before the fix every broker kept each partition's newest batch: +108 MiB.
     assert max(grown) < 60, f"RSS growth per broker (MiB): {grown}"
 
@@ -234,7 +234,8 @@ async def test_an_accepted_near_limit_batch_reaches_every_follower(hc):
     limit = max_message_bytes_limit(FRAME_LIMIT)
     async with Admin(hc.bootstrap) as admin:
         with pytest.raises(KafkaError) as exc:
-            await admin.create_topic("too-big", assignments=[[1, 2, 3]], configs={"max.message.bytes": str(FRAME_LIMIT)})
+            await admin.create_topic("too-big", assignments=[[1, 2, 3]],
+                                     configs={"max.message.bytes": str(FRAME_LIMIT)})
         assert exc.value.code == ErrorCode.INVALID_CONFIG and "socket.request.max.bytes" in exc.value.message
         await admin.create_topic("near", assignments=[[1, 2, 3], [1, 2, 3]],
                                  configs={"max.message.bytes": str(limit)})

@@ -10,14 +10,24 @@ per seed, violations, and the projected wall time for 10,000 seeds.
     .venv/bin/python bench/sim.py --seeds 1-500 --jobs 2   # a shorter run
     .venv/bin/python bench/sim.py --seeds 1-200 --duration 30
 
-Exit status 1 if any seed failed. Replay one with `minibroker sim --seed N`.
+Exit status 1 if any seed failed. SIGTERM or Ctrl-C stops it with the totals so far. Replay one with `minibroker sim --seed N`.
 """
 from __future__ import annotations
 
 import argparse
 import multiprocessing
+import signal
 import sys
 import time
+
+
+def _worker_init() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop(_sig: int, _frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _one(args: tuple[int, float]) -> tuple[int, list[str], float, float]:
@@ -37,23 +47,36 @@ def main() -> int:
     lo, _, hi = args.seeds.partition("-")
     seeds = range(int(lo), int(hi or lo) + 1)
     t0 = time.monotonic()
-    failing, violations, sim_s, cpu_s = [], 0, 0.0, 0.0
-    with multiprocessing.get_context("fork").Pool(args.jobs, maxtasksperchild=50) as pool:
-        for n, (seed, v, secs, cpu) in enumerate(pool.imap(_one, [(s, args.duration) for s in seeds]), 1):
+    failing: list[int] = []
+    violations, sim_s, cpu_s, done = 0, 0.0, 0.0, 0
+
+    def totals() -> None:
+        wall = time.monotonic() - t0
+        n = max(done, 1)
+        print(f"seeds={done} sim_seconds={sim_s:.0f} wall_seconds={wall:.1f} jobs={args.jobs} "
+              f"wall_per_seed={wall / n:.3f} cpu_per_seed={cpu_s / n:.3f} "
+              f"projected_10000_seeds_wall_minutes={wall / n * 10000 / 60:.0f} failing_seeds={len(failing)}",
+              flush=True)
+
+    pool = multiprocessing.get_context("fork").Pool(args.jobs, initializer=_worker_init, maxtasksperchild=50)
+    signal.signal(signal.SIGTERM, _stop)        # a background job ignores SIGINT: stop it with SIGTERM
+    try:
+        for seed, v, secs, cpu in pool.imap(_one, [(s, args.duration) for s in seeds]):
+            done += 1
             sim_s += secs
             cpu_s += cpu
             if v:
                 failing.append(seed)
                 violations += len(v)
                 print(f"seed={seed} violations={len(v)} first: {v[0]}", flush=True)
-            if n % 500 == 0:
-                print(f"... {n} seeds, {time.monotonic() - t0:.0f} s wall", file=sys.stderr, flush=True)
-    wall = time.monotonic() - t0
-    n = len(seeds)
-    print(f"seeds={n} sim_seconds={sim_s:.0f} wall_seconds={wall:.1f} jobs={args.jobs} "
-          f"wall_per_seed={wall / n:.3f} cpu_per_seed={cpu_s / n:.3f} "
-          f"projected_10000_seeds_wall_minutes={wall / n * 10000 / 60:.0f} failing_seeds={len(failing)}")
-    print(f"seeds={n} violations={violations}")
+            if done % 100 == 0:
+                totals()
+    except KeyboardInterrupt:
+        print(f"interrupted after {done} seeds", flush=True)
+    finally:
+        pool.terminate()
+    totals()
+    print(f"seeds={done} violations={violations}")
     return 1 if violations else 0
 
 

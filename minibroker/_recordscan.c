@@ -21,8 +21,13 @@
 
 /* Kafka's zig-zag varint/varlong: at most 10 bytes. 0 on success, -1 if it
  * runs past `end` or is longer than 10 bytes. */
-static int read_varlong(const unsigned char *buf, Py_ssize_t end, Py_ssize_t *pos, int64_t *out)
+static inline int read_varlong(const unsigned char *buf, Py_ssize_t end, Py_ssize_t *pos, int64_t *out)
 {
+    if (*pos < end && !(buf[*pos] & 0x80)) {               /* one byte: most lengths and deltas */
+        const uint64_t one = buf[(*pos)++];
+        *out = (int64_t)(one >> 1) ^ -(int64_t)(one & 1);
+        return 0;
+    }
     uint64_t raw = 0;
     int shift = 0;
     Py_ssize_t p = *pos;

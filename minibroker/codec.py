@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import mmap
 import struct
+import threading
 import zlib
 
 import cramjam
@@ -31,6 +32,8 @@ CODEC_MASK = 0x07
 NAMES: dict[str, int] = {"none": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD}
 CODEC_NAMES: dict[int, str] = {v: k for k, v in NAMES.items()}
 
+_RELEASE_ABOVE = 1 << 20      # scratch pages written beyond this are given back after each use
+_scratch = threading.local()  # Invariant: .buf is this thread's output buffer for lz4/zstd, or absent
 _XERIAL_HEADER = b"\x82SNAPPY\x00"
 _XERIAL_HEADER_SIZE = 16
 _I32 = struct.Struct(">i")
@@ -114,17 +117,36 @@ def _unsnappy(mv: memoryview, limit: int) -> bytes:
         raise BadCompressedData(f"snappy: {exc}") from None
 
 
+def _scratch_buffer(size: int) -> mmap.mmap:
+    """This thread's reusable output buffer of at least `size` bytes. An
+    anonymous mapping costs memory only where written; making one per call
+    would cost more than decompressing a typical batch."""
+    buf: mmap.mmap | None = getattr(_scratch, "buf", None)
+    if buf is None or len(buf) < size:
+        if buf is not None:
+            buf.close()
+        buf = _scratch.buf = mmap.mmap(-1, size)
+    return buf
+
+
 def _into_bounded(mod, data: bytes | bytearray | memoryview, limit: int) -> bytes:  # type: ignore[no-untyped-def]
-    # An anonymous mapping costs nothing until written, so a `limit`-byte
-    # output buffer is cheap; the codec stops with an error when it is full.
-    with mmap.mmap(-1, limit + 1) as out:
-        try:
-            n = mod.decompress_into(data, out)
-        except cramjam.DecompressionError as exc:
-            if "whole buffer" in str(exc):
-                raise DecompressedTooLarge(f"{mod.__name__.rsplit('.', 1)[-1]} data expands beyond "
-                                           f"{limit} bytes") from None
-            raise BadCompressedData(f"{mod.__name__.rsplit('.', 1)[-1]}: {exc}") from None
+    # The codec writes into a `limit + 1`-byte window and stops with an error
+    # when it is full, so the output (and the work) is bounded by `limit`.
+    name = mod.__name__.rsplit(".", 1)[-1]
+    buf = _scratch_buffer(limit + 1)
+    window = memoryview(buf)[:limit + 1]
+    n = 0
+    try:
+        n = mod.decompress_into(data, window)
         if n > limit:
-            raise DecompressedTooLarge(f"data expands beyond {limit} bytes")
-        return out[:n]
+            raise DecompressedTooLarge(f"{name} data expands beyond {limit} bytes")
+        return bytes(window[:n])
+    except cramjam.DecompressionError as exc:
+        n = limit + 1
+        if "whole buffer" in str(exc):
+            raise DecompressedTooLarge(f"{name} data expands beyond {limit} bytes") from None
+        raise BadCompressedData(f"{name}: {exc}") from None
+    finally:
+        window.release()
+        if n > _RELEASE_ABOVE:
+            buf.madvise(mmap.MADV_DONTNEED, 0, len(buf))

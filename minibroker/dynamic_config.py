@@ -19,6 +19,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from minibroker.config import DEFAULTS, TOPIC_CONFIGS
 
@@ -135,13 +136,13 @@ def broker_config_error(configs: Mapping[str, str]) -> str | None:
     return None
 
 
-def entry_to_wire(e: ConfigEntry) -> dict:
+def entry_to_wire(e: ConfigEntry) -> dict[str, Any]:
     return {"name": e.name, "value": e.value, "source": int(e.source), "read_only": e.read_only,
             "is_sensitive": False,
             "synonyms": [{"name": n, "value": v, "source": int(s)} for s, n, v in e.synonyms]}
 
 
-def entry_from_wire(d: Mapping) -> ConfigEntry:
+def entry_from_wire(d: Mapping[str, Any]) -> ConfigEntry:
     syn = tuple((ConfigSource(s["source"]), s["name"], s["value"]) for s in d.get("synonyms") or ())
     return ConfigEntry(d["name"], d["value"], ConfigSource(d["source"]),
                        syn or ((ConfigSource(d["source"]), d["name"], d["value"]),), bool(d.get("read_only")))

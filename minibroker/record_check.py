@@ -16,7 +16,9 @@ bytes as they came (nothing is rewritten):
   as they came, so it refuses one instead).
 
 A compressed batch is decompressed for the check, with the output bounded
-(`decompressed_limit`), and stored compressed as it came.
+(`decompressed_limit`, for all the batches of one produce payload together,
+so that a payload of many small "decompression bombs" costs no more than
+one), and stored compressed as it came.
 
 The per-record work is C: `minibroker._recordscan.scan` walks the varints
 without making any object (about 5 ns a record). Where that extension was
@@ -64,15 +66,20 @@ def _invalid(where: str, msg: str) -> KafkaError:
 
 
 def check_records(batch: memoryview, attributes: int, record_count: int, first_timestamp: int, max_timestamp: int,
-                  max_message_bytes: int | None, where: str) -> None:
+                  max_message_bytes: int | None, where: str, budget: int | None = None) -> int:
     """Raise unless the records of `batch` (one whole batch, header included,
     framing and CRC already checked) match its header; `where` names the
-    batch in the error message."""
+    batch in the error message. A compressed batch may expand to at most
+    `decompressed_limit(max_message_bytes)` bytes, and to at most `budget`
+    when given (what is left for the other batches of the same payload).
+    Returns how many bytes it decompressed (0 for an uncompressed batch)."""
     compression = attributes & codec.CODEC_MASK
     if compression == codec.NONE:
         section = batch[HEADER_SIZE:]
     else:
         limit = decompressed_limit(max_message_bytes)
+        if budget is not None:
+            limit = min(limit, budget)
         try:
             section = memoryview(codec.decompress_bounded(compression, batch[HEADER_SIZE:], limit))
         except codec.DecompressedTooLarge as exc:
@@ -89,6 +96,7 @@ def check_records(batch: memoryview, attributes: int, record_count: int, first_t
         real_max = _scan_with_aiokafka(batch, section, compression, record_count, where)
     if not attributes & 0x08 and real_max != max_timestamp:
         raise _invalid(where, f"max timestamp {max_timestamp} is not the records' largest timestamp {real_max}")
+    return 0 if compression == codec.NONE else len(section)
 
 
 def _scan_with_aiokafka(batch: memoryview, section: memoryview, compression: int, record_count: int,

@@ -75,7 +75,7 @@ from crc32c import crc32c
 from minibroker import clock
 from minibroker import codec
 from minibroker.errors import ErrorCode, KafkaError
-from minibroker.record_check import check_records
+from minibroker.record_check import check_records, decompressed_limit
 
 MAGIC = 2
 HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -394,6 +394,7 @@ def validate_batches(buf: bytes | bytearray | memoryview, *,
     first_ts = max_ts = -1
     unpack = HEADER.unpack_from
     limit = (1 << 62) if max_message_bytes is None else max_message_bytes
+    budget = decompressed_limit(max_message_bytes)      # for all compressed batches of the payload together
     while pos < end:
         if end - pos < HEADER_SIZE:
             raise _corrupt(f"batch at byte {pos}: header needs {HEADER_SIZE} bytes, {end - pos} remain")
@@ -419,7 +420,8 @@ def validate_batches(buf: bytes | bytearray | memoryview, *,
                            f"with last offset delta {lod}")
         if crc32c(mv[pos + CRC_START: pos + size]) != crc:
             raise _corrupt(f"batch at byte {pos}: CRC32C mismatch")
-        check_records(mv[pos: pos + size], attrs, count, fts, mts, max_message_bytes, f"batch at byte {pos}")
+        budget -= check_records(mv[pos: pos + size], attrs, count, fts, mts, max_message_bytes,
+                                f"batch at byte {pos}", budget)
         headers.append(h)
         records += count
         offsets += lod + 1
@@ -502,6 +504,11 @@ def scan_headers(buf: bytes | bytearray | memoryview, *, verify_crc: bool = Fals
     for h in iter_batch_headers(buf, verify_crc=verify_crc):
         yield BatchPosition(h.position, h.base_offset, h.base_offset + h.last_offset_delta,
                             h.leader_epoch, h.size)
+
+
+def is_compressed(buf: bytes | bytearray | memoryview) -> bool:
+    """Whether the first batch of `buf` says its records are compressed (header bytes only)."""
+    return len(buf) > ATTRIBUTES_POS + 1 and bool(buf[ATTRIBUTES_POS + 1] & codec.CODEC_MASK)
 
 
 def batch_size_at(buf: bytes | bytearray | memoryview, position: int) -> int | None:

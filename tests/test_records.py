@@ -341,3 +341,40 @@ def test_both_payload_checks_accept_every_built_batch_and_refuse_every_truncatio
         assert scan(section, h.record_count) == want == h.max_timestamp
         with pytest.raises((KafkaError, ValueError)):
             scan(section[:cut], h.record_count)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=300), st.integers(0, 4), st.integers(1, 2**31 - 1), st.sampled_from(["raw", "xerial",
+                                                                                           "compressed"]))
+def test_any_records_section_under_any_codec_gets_a_verdict_and_never_another_exception(section, codec_id, count,
+                                                                                         how):
+    from aiokafka import codec as ak
+    if codec_id == 2 and how == "xerial":
+        section = b"\x82SNAPPY\x00" + b"\x00" * 8 + section
+    elif codec_id and how == "compressed":
+        section = [ak.gzip_encode, ak.snappy_encode, ak.lz4_encode, ak.zstd_encode][codec_id - 1](section)
+    b = encode_batch(section, record_count=count, first_timestamp=T, max_timestamp=T, attributes=codec_id)
+    try:
+        validate_batches(b, max_message_bytes=1 << 20)
+    except KafkaError as exc:
+        assert exc.code in (ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD)
+
+
+def test_the_decompression_bound_holds_for_all_the_batches_of_one_payload_together():
+    from aiokafka.codec import zstd_encode
+
+    from minibroker.record_check import decompressed_limit
+    limit = decompressed_limit(10_000)
+    one = encode_batch(zstd_encode(raw_record(0, 0, None, b"\x00" * (limit // 3))), record_count=1,
+                       first_timestamp=0, max_timestamp=0, attributes=4)
+    validate_batches(one * 2, max_message_bytes=10_000)                # two thirds of the bound: accepted
+    with pytest.raises(KafkaError, match="expand beyond") as ei:
+        validate_batches(one * 4, max_message_bytes=10_000)            # each fits, together they do not
+    assert ei.value.code == ErrorCode.INVALID_RECORD
+
+
+def test_is_compressed_reads_the_first_batchs_codec_bits_only():
+    from minibroker.records import is_compressed
+    assert is_compressed(build_batch([b"x" * 50], compression=4))
+    assert not is_compressed(build_batch([b"x"]))
+    assert not is_compressed(b"") and not is_compressed(b"\x00" * 22)

@@ -323,9 +323,12 @@ class Partition:
         return old
 
     def on_log_start_moved(self) -> None:
-        """H6: the log start moved (retention); a follower's HW is pushed up to it."""
+        """H6: the log start moved (retention): the leader core learns it (fetches below
+        are out of range, F6); a follower's HW is pushed up to it."""
         if self.core is None:
             self._hw = self._clamp(self._hw)
+        else:
+            self.core.on_log_start_offset(self.log.log_start_offset)
 
     def truncate_to(self, offset: int, now_ms: int, reason: str) -> int:
         """R5: drop everything at or above `offset` (and epoch entries from

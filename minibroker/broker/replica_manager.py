@@ -8,16 +8,21 @@ to the controller and their answers back (I5/I6).
 
 Must not know: how metadata arrives (the control path calls `on_metadata`),
 how AlterPartition travels (`AlterPartitionManager.submit`), or any
-replication rule: those live in minibroker.replication.PartitionLeader,
-which every leader-side decision goes through. This module only carries
-events in (appends, follower fetches, timer ticks, controller answers) and
-decisions out (complete waiters, wake parked fetches, send proposals),
-always after the core's state change.
+replication rule: those live in minibroker.replication (PartitionLeader for
+every leader-side decision, PartitionFollower for the follower's, driven by
+the fetchers, and read_replica for ISR eligibility and the rack-aware read
+replica). The request-level checks that stay here are Kafka
+ReplicaManager's own (acks validity, hosted or not, the appendToLocalLog /
+delayedProduceRequestRequired seams). This module only carries events in
+(appends, follower fetches, timer ticks, controller answers) and decisions
+out (complete waiters, wake parked fetches, send proposals), always after
+the core's state change.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import Any
 from collections.abc import Callable, Iterable
 
@@ -29,10 +34,12 @@ from minibroker.config import Config, ConfigError
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.events import Event, EventSink
 from minibroker.limits import clamp_batch_size, fetch_records_budget
+from minibroker.records import is_compressed
 from minibroker.metadata import NO_LEADER, BrokerRecord, PartitionRecord
 from minibroker.net.server import RequestContext
 from minibroker.protocol.api import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 from minibroker.replication import Decision, PartitionLeader, profile_by_name
+from minibroker.replication.read_replica import BrokerView, isr_eligibility, select_read_replica
 from minibroker.storage import LogConfig
 from minibroker.storage.log_config import PROPERTY_NAMES
 
@@ -55,6 +62,20 @@ def _code(code: int) -> ErrorCode | int:
         return ErrorCode(code)
     except ValueError:
         return code
+
+
+@dataclass(slots=True)
+class _LocalAppend:
+    """One partition's result of appendToLocalLog: its response entry, and when the
+    append happened, the partition and the offset after the last appended record."""
+    entry: dict[str, Any]
+    part: Partition | None = None
+    next_offset: int = -1
+
+
+def _produce_entry(partition: int, code: int, message: str = "") -> dict[str, Any]:
+    return {"partition": partition, "error": int(code), "base_offset": -1, "log_start_offset": -1,
+            "message": message}
 
 
 class ReplicaManager:
@@ -195,26 +216,18 @@ class ReplicaManager:
                 self._stop_replica(part, now_ms, f"topic {rec.topic} deleted", delete=True)
 
     def _on_brokers(self, brokers: list[BrokerRecord], now_ms: int) -> None:
-        changed = {b.broker_id: b for b in brokers}
+        changed = {b.broker_id for b in brokers}
         for part in self._partitions.values():
             core = part.core
             if core is None:
                 continue
-            for r in core.replicas:
-                b = changed.get(r)
-                if b is not None and r != self.node_id:
-                    eligible = not b.fenced and not b.in_controlled_shutdown
-                    self._apply(part, core.set_replica_eligibility(r, eligible, b.broker_epoch, now_ms), now_ms)
+            for r, eligible, epoch in self._eligibility(r for r in core.replicas if r in changed):
+                if r != self.node_id:
+                    self._apply(part, core.set_replica_eligibility(r, eligible, epoch, now_ms), now_ms)
 
     def _eligibility(self, replicas: Iterable[int]) -> list[tuple[int, bool, int]]:
-        out = []
-        for r in replicas:
-            b = self.image.brokers.get(r)
-            if b is None:
-                out.append((r, False, -1))
-            else:
-                out.append((r, not b.fenced and not b.in_controlled_shutdown, b.broker_epoch))
-        return out
+        """(replica, ISR-eligible, broker epoch) as the image says (read_replica.isr_eligibility)."""
+        return [(r, *isr_eligibility(self._broker_view(r))) for r in replicas]
 
     def _apply_partition(self, rec: PartitionRecord, now_ms: int) -> None:
         key = rec.key
@@ -337,8 +350,8 @@ class ReplicaManager:
         pending = core.pending
         if pending is None or self._closed:
             return
-        core.broker_epoch = self.broker_epoch()       # this incarnation, if we re-registered (I5)
-        items = [{"broker_id": b, "broker_epoch": e} for b, e in core.isr_with_broker_epochs(pending.isr)]
+        items = [{"broker_id": b, "broker_epoch": e}             # this incarnation, if we re-registered (I5)
+                 for b, e in core.isr_with_broker_epochs(pending.isr, self.broker_epoch())]
         self._spawn(self._alter_partition(part, core, pending, items))
 
     async def _alter_partition(self, part: Partition, core: PartitionLeader, pending: Any,
@@ -377,8 +390,8 @@ class ReplicaManager:
         not fed back: a refusal shows up as metadata overriding our ISR (I7)."""
         if self._closed:
             return
-        core.broker_epoch = self.broker_epoch()
-        items = [{"broker_id": b, "broker_epoch": e} for b, e in core.isr_with_broker_epochs(core.isr)]
+        items = [{"broker_id": b, "broker_epoch": e}
+                 for b, e in core.isr_with_broker_epochs(core.isr, self.broker_epoch())]
 
         async def send() -> None:
             try:
@@ -472,75 +485,49 @@ class ReplicaManager:
     # ================================================================ Produce
 
     async def handle_produce(self, ctx: RequestContext, body: dict) -> dict | None:
-        """P1-P8. acks=0: no response, and a failed partition closes the
-        connection; acks=1: answer after the local append; acks=-1: park until
-        the core resolves every appended partition or timeout_ms passes."""
+        """P1-P8, along Kafka's ReplicaManager.appendRecords seams: the acks value is
+        validated once (isValidRequiredAcks), each partition appended (appendToLocalLog,
+        with the core's min-ISR check), then a delayed produce is parked only when
+        required (delayedProduceRequestRequired: acks=-1 and some partition appended).
+        acks=0: no response, and a failed partition closes the connection; acks=1:
+        answer after the local append; acks=-1: until the core resolves every appended
+        partition or timeout_ms passes."""
         acks = body["acks"]
         now = self.clock()
         valid_acks = acks in (-1, 0, 1)
-        delayed: DelayedProduce | None = None
-        registered: list[tuple[PartitionLeader, Any]] = []
-        flushes: list[tuple[Partition, int, dict]] = []
-        failed = False
         topics_out = []
+        appended: list[_LocalAppend] = []
+        failed = False
         done = 0
         for t in body["topics"]:
-            topic = t["topic"]
             plist = []
             for p in t["partitions"]:
                 done += 1
-                if done % REQUEST_SLICE == 0:
-                    await asyncio.sleep(0)        # issue 10: no request holds the loop
-                entry = {"partition": p["partition"], "error": 0, "base_offset": -1,
-                         "log_start_offset": -1, "message": ""}
-                plist.append(entry)
-                if not valid_acks:
-                    entry["error"] = int(ErrorCode.INVALID_REQUIRED_ACKS)
-                    entry["message"] = f"acks must be -1, 0 or 1, not {acks}"
+                if done % REQUEST_SLICE == 0 or is_compressed(p["records"]):
+                    # issue 10: no request holds the loop; a compressed batch's check may
+                    # decompress up to 16 x max.message.bytes, so each gets its own turn
+                    await asyncio.sleep(0)
+                if valid_acks:
+                    res = self._append_to_local_log(t["topic"], p, acks, now)
+                else:
+                    res = _LocalAppend(_produce_entry(p["partition"], ErrorCode.INVALID_REQUIRED_ACKS,
+                                                      f"acks must be -1, 0 or 1, not {acks}"))
+                plist.append(res.entry)
+                if res.part is None:
                     failed = True
-                    continue
-                key = (topic, p["partition"])
-                part = self._partitions.get(key)
-                core = part.core if part is not None else None
-                if core is None:
-                    entry["error"] = int(self._not_hosted_error(key))
-                    failed = True
-                    continue
-                code = core.check_produce(acks)
-                if code != ErrorCode.NONE:
-                    entry["error"] = int(code)
-                    entry["message"] = (f"ISR {list(core.isr)} is below min.insync.replicas "
-                                        f"{core.effective_min_isr}")
-                    failed = True
-                    continue
-                records = p["records"]
-                try:
-                    first, last, d = part.append_as_leader(records, now)  # type: ignore[union-attr]
-                except KafkaError as exc:
-                    entry["error"] = int(exc.code)
-                    entry["message"] = exc.message
-                    failed = True
-                    continue
-                entry["base_offset"] = first
-                entry["log_start_offset"] = part.log_start_offset  # type: ignore[union-attr]
-                if self.purgatory.watching(key):
-                    self.purgatory.on_append(key, len(records))
-                self._apply(part, d, now)  # type: ignore[arg-type]
-                if self.fsync_before_ack or (acks == -1 and part.log.config.flush_on_acks_all):  # type: ignore[union-attr]
-                    flushes.append((part, last + 1, entry))  # type: ignore[arg-type]
-                if acks == -1:
-                    if delayed is None:
-                        delayed = DelayedProduce()
-                    w = delayed.add(entry, key)
-                    registered.append((core, w))
-                    self._apply(part, core.add_waiter(last + 1, w, now), now)  # type: ignore[arg-type]
-            topics_out.append({"topic": topic, "partitions": plist})
+                else:
+                    appended.append(res)
+            topics_out.append({"topic": t["topic"], "partitions": plist})
+        flushes = [(r.part, r.next_offset, r.entry) for r in appended
+                   if r.part is not None and (self.fsync_before_ack or
+                                              (acks == -1 and r.part.log.config.flush_on_acks_all))]
         if acks == 0:
             if failed:
                 ctx.conn.abort("acks=0 produce failed on a partition; closing so the client refreshes metadata")
             elif flushes:
                 await self._flush_all(flushes)
             return None
+        delayed, registered = self._maybe_delay_produce(acks, appended, now)
         flush_errors: list[tuple[dict, int, str]] = []
         try:
             if flushes:
@@ -554,6 +541,49 @@ class ReplicaManager:
         for entry, code, message in flush_errors:          # not acknowledged if not on disk
             entry["error"], entry["message"] = code, message
         return {"topics": topics_out}
+
+    def _append_to_local_log(self, topic: str, p: dict, acks: int, now: int) -> _LocalAppend:
+        """One partition of a Produce (Kafka appendToLocalLog / appendRecordsToLeader):
+        hosted and led here (P2), the core's min-ISR check for acks=-1 (P3), the append
+        stamped with our epoch (P4), then the core's decision carried out."""
+        key = (topic, p["partition"])
+        part = self._partitions.get(key)
+        core = part.core if part is not None else None
+        if part is None or core is None:
+            return _LocalAppend(_produce_entry(p["partition"], self._not_hosted_error(key)))
+        code = core.check_produce(acks)
+        if code != ErrorCode.NONE:
+            return _LocalAppend(_produce_entry(p["partition"], code, f"ISR {list(core.isr)} is below "
+                                                                     f"min.insync.replicas {core.effective_min_isr}"))
+        records = p["records"]
+        try:
+            first, last, d = part.append_as_leader(records, now)
+        except KafkaError as exc:
+            return _LocalAppend(_produce_entry(p["partition"], exc.code, exc.message))
+        entry = _produce_entry(p["partition"], ErrorCode.NONE)
+        entry["base_offset"], entry["log_start_offset"] = first, part.log_start_offset
+        if self.purgatory.watching(key):
+            self.purgatory.on_append(key, len(records))
+        self._apply(part, d, now)
+        return _LocalAppend(entry, part, last + 1)
+
+    def _maybe_delay_produce(self, acks: int, appended: list[_LocalAppend], now: int
+                             ) -> tuple[DelayedProduce | None, list[tuple[PartitionLeader, Any]]]:
+        """Kafka delayedProduceRequestRequired: acks=-1 with at least one partition appended
+        parks one DelayedProduce with a waiter per appended partition (the core resolves it)."""
+        if acks != -1 or not appended:
+            return None, []
+        delayed = DelayedProduce()
+        registered: list[tuple[PartitionLeader, Any]] = []
+        for r in appended:
+            part = r.part
+            core = part.core if part is not None else None
+            if part is None or core is None:
+                continue
+            w = delayed.add(r.entry, part.key)
+            registered.append((core, w))
+            self._apply(part, core.add_waiter(r.next_offset, w, now), now)
+        return delayed, registered
 
     async def _flush_all(self, flushes: list[tuple[Partition, int, dict]]) -> list[tuple[dict, int, str]]:
         """fsync before acknowledging (minibroker.fsync.before.ack); returns the
@@ -643,10 +673,6 @@ class ReplicaManager:
             if core is None:
                 return ReadResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
             hw, log_start = core.hw, part.log_start_offset           # F7: before side effects
-            if offset < log_start:
-                # The core is not told when retention moves the log start:
-                # check it here so its follower state never records such a fetch.
-                return ReadResult(ErrorCode.OFFSET_OUT_OF_RANGE, hw, log_start)
             err, div = part.divergence(offset, p["last_fetched_epoch"])
             if err != ErrorCode.NONE:
                 return ReadResult(err, hw, log_start)
@@ -682,27 +708,13 @@ class ReplicaManager:
         return ReadResult(ErrorCode.NONE, hw, log_start, records)
 
     def _preferred_read_replica(self, part: Partition, core: PartitionLeader, offset: int, rack: str) -> int:
-        """FF1-FF2 (RackAwareReplicaSelector): the leader if it is in the
-        consumer's rack or no in-sync follower is; else the same-rack ISR
-        follower holding the offset with the highest LEO, then the latest
-        catch-up, then the highest id."""
-        if self.rack == rack:
-            return self.node_id
-        best: tuple[int, int, int] | None = None
-        brokers = self.image.brokers
-        for r in core.isr:
-            if r == self.node_id:
-                continue
-            b = brokers.get(r)
-            if b is None or b.fenced or b.rack != rack:
-                continue
-            f = core.followers.get(r)
-            if f is None or f.leo < 0 or not max(f.log_start_offset, 0) <= offset <= f.leo:
-                continue
-            cand = (f.leo, f.last_caught_up_ms or 0, r)
-            if best is None or cand > best:
-                best = cand
-        return best[2] if best is not None else self.node_id
+        """FF1-FF2: the rule is minibroker.replication.read_replica.select_read_replica."""
+        return select_read_replica(self.node_id, self.rack, rack, offset, core.isr, core.followers,
+                                   {r: self._broker_view(r) for r in core.isr if r != self.node_id})
+
+    def _broker_view(self, broker_id: int) -> BrokerView | None:
+        b = self.image.brokers.get(broker_id)
+        return None if b is None else BrokerView(b.rack, b.fenced, b.in_controlled_shutdown, b.broker_epoch)
 
     def _fetch_response(self, requests: list[tuple[str, dict]], results: list[ReadResult]) -> dict:
         topics: dict[str, list[dict]] = {}

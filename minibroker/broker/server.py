@@ -314,7 +314,8 @@ class BrokerServer:
             if name in self.kafka_listeners:
                 srv = await serve_kafka(self.kafka_apis.handle, host, port, name, self.max_frame_bytes,
                                         self.kafka_connections,
-                                        int(self.config.get("connections.max.idle.ms", "600000")))
+                                        int(self.config.get("connections.max.idle.ms", "600000")),
+                                        ssl_context=self.tls.get(name))
             else:
                 srv = await serve(self.dispatcher, host, port, name, ssl_context=self.tls.get(name))
             self._servers.append(srv)

@@ -80,7 +80,8 @@ def up(data_dir: str | None, brokers: int, sets: tuple[str, ...], fast: bool, no
 def _print_access(c: LocalCluster) -> None:
     click.echo(f"  bootstrap:  {c.bootstrap}")
     if c.kafka_bootstrap:
-        click.echo(f"  kafka:      {c.kafka_bootstrap}")
+        ssl_hint = f"  (security.protocol=SSL, ssl.ca.location={c.layout.ca_file})" if c.layout.tls else ""
+        click.echo(f"  kafka:      {c.kafka_bootstrap}{ssl_hint}")
     click.echo(f"  data dir:   {c.data_dir}  (logs: broker-N/broker.log, controller/controller.log)")
     click.echo(f"  secret:     {c.layout.secret_file}  (mode 0600; SCRAM-SHA-256 between brokers and controller)")
     if c.layout.tls:

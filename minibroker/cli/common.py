@@ -23,7 +23,9 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
 def resolve_bootstrap(explicit: str | None) -> str:
-    """--bootstrap-server, else $MINIBROKER_BOOTSTRAP, else the local cluster's state file, else 127.0.0.1:9092."""
+    """--bootstrap-server, else $MINIBROKER_BOOTSTRAP, else the local cluster's state file, else 127.0.0.1:9092.
+    Bootstrapping from the state file of a `cluster up --tls` cluster also takes its client
+    settings (DATA_DIR/tls/client.properties) unless --command-config names others."""
     if explicit:
         return explicit
     env = os.environ.get("MINIBROKER_BOOTSTRAP")
@@ -31,9 +33,14 @@ def resolve_bootstrap(explicit: str | None) -> str:
         return env
     try:
         with open(state_path(default_data_dir()), encoding="utf-8") as f:
-            return json.load(f)["bootstrap"]
+            state = json.load(f)
+        bootstrap = state["bootstrap"]
     except (OSError, ValueError, KeyError):
         return DEFAULT_BOOTSTRAP
+    layout = state.get("layout") or {}
+    if layout.get("tls") and not os.environ.get(COMMAND_CONFIG_ENV):
+        os.environ[COMMAND_CONFIG_ENV] = os.path.join(layout.get("data_dir", ""), "tls", "client.properties")
+    return bootstrap
 
 
 BOOTSTRAP_CONNECT_TIMEOUT_S = 2.0

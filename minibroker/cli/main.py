@@ -1,47 +1,62 @@
 """The `minibroker` command: Kafka's tools' names and formats where they exist.
 
 Thin by rule: argument handling and formatting only; the work is done by
-minibroker.client (and minibroker.testing.cluster for `cluster`)."""
+minibroker.client (and minibroker.testing.cluster for `cluster`).
+
+Commands load lazily: `minibroker offsets` imports only what `offsets` needs,
+so a CLI call (and `--help`) does not pay for the broker, the simulation and
+the record codecs it never uses."""
 from __future__ import annotations
+
+import importlib
 
 import click
 
 import minibroker
-from minibroker.cli.api_versions import broker_api_versions
-from minibroker.cli.cluster import cluster
-from minibroker.cli.configs import configs
-from minibroker.cli.consume import consume
-from minibroker.cli.election import leader_election
-from minibroker.cli.health import health
-from minibroker.cli.offsets import offsets
-from minibroker.cli.process import broker, controller, trace
-from minibroker.cli.produce import produce
-from minibroker.cli.sim import sim
-from minibroker.cli.storage import storage
-from minibroker.cli.secret import secret
-from minibroker.cli.quorum import metadata_quorum
-from minibroker.cli.topics import topics
-from minibroker.cli.verify import verify
-from minibroker.cli.watch import watch
+
+# name -> (module, attribute), in the order `--help` lists them.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "topics": ("minibroker.cli.topics", "topics"),
+    "produce": ("minibroker.cli.produce", "produce"),
+    "consume": ("minibroker.cli.consume", "consume"),
+    "offsets": ("minibroker.cli.offsets", "offsets"),
+    "configs": ("minibroker.cli.configs", "configs"),
+    "leader-election": ("minibroker.cli.election", "leader_election"),
+    "broker-api-versions": ("minibroker.cli.api_versions", "broker_api_versions"),
+    "metadata-quorum": ("minibroker.cli.quorum", "metadata_quorum"),
+    "watch": ("minibroker.cli.watch", "watch"),
+    "health": ("minibroker.cli.health", "health"),
+    "cluster": ("minibroker.cli.cluster", "cluster"),
+    "controller": ("minibroker.cli.process", "controller"),
+    "broker": ("minibroker.cli.process", "broker"),
+    "trace": ("minibroker.cli.process", "trace"),
+    "verify": ("minibroker.cli.verify", "verify"),
+    "sim": ("minibroker.cli.sim", "sim"),
+    "storage": ("minibroker.cli.storage", "storage"),
+    "secret": ("minibroker.cli.secret", "secret"),
+    "bench": ("minibroker.bench.cli", "bench"),
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported when first named."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [*COMMANDS, *(n for n in super().list_commands(ctx) if n not in COMMANDS)]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        where = COMMANDS.get(cmd_name)
+        if where is None:
+            return super().get_command(ctx, cmd_name)
+        command = getattr(importlib.import_module(where[0]), where[1])
+        assert isinstance(command, click.Command) and command.name == cmd_name, where
+        return command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(getattr(minibroker, "__version__", "0.1.0"), prog_name="minibroker")
 def cli() -> None:
     """minibroker: a Kafka-style replicated broker for learning and testing Kafka's replication."""
-
-
-for command in (topics, produce, consume, offsets, configs, leader_election, broker_api_versions, metadata_quorum,
-                watch, health, cluster, controller, broker, trace, verify, sim, storage, secret):
-    cli.add_command(command)
-
-
-def _bench() -> click.Command:
-    from minibroker.bench.cli import bench
-    return bench
-
-
-cli.add_command(_bench())
 
 
 def main() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -80,6 +81,7 @@ def sim(seed: int | None, seeds_spec: str | None, duration: float, power_loss: b
     total_violations = failing = 0
     sim_s = 0.0
     work = [(s, duration, power_loss) for s in seeds]
+    results: Iterator[tuple[int, list[str], str, float]]
     if jobs > 1:
         import multiprocessing
         pool = multiprocessing.get_context("fork").Pool(jobs, maxtasksperchild=50)

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import AsyncIterator
 from importlib import resources
 from typing import Any
 
 import click
 
+from minibroker import clock
 from minibroker.cli.watch import Watch, shown
 from minibroker.client.network import now_ms
 from minibroker.client.observe import EventLine, Frame
@@ -33,7 +33,7 @@ def frame_document(frame: Frame, lines: list[EventLine], all_events: bool, contr
         if v.leader is not None:
             leaders[v.leader] = leaders.get(v.leader, 0) + 1
     return {
-        "time_ms": int(time.time() * 1000),
+        "time_ms": clock.now_ms(),
         "controller": controller,
         "brokers": [{"id": b.node_id, "host": b.address[0], "port": b.address[1], "rack": b.rack,
                      "state": b.state, "detail": b.detail, "process": b.process,

@@ -47,7 +47,9 @@ class Api(enum.IntEnum):
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
+    CREATE_PARTITIONS = 37
     ELECT_LEADERS = 43
+    INCREMENTAL_ALTER_CONFIGS = 44
     DESCRIBE_CLUSTER = 60
 
 
@@ -65,6 +67,8 @@ _CLASSES: dict[Api, tuple[Any, Any]] = {
     Api.OFFSET_FOR_LEADER_EPOCH: (_consumer.OffsetForLeaderEpochRequest, _consumer.OffsetForLeaderEpochResponse),
     Api.DESCRIBE_CONFIGS: (_admin.DescribeConfigsRequest, _admin.DescribeConfigsResponse),
     Api.ELECT_LEADERS: (_admin.ElectLeadersRequest, _admin.ElectLeadersResponse),
+    Api.CREATE_PARTITIONS: (_admin.CreatePartitionsRequest, _admin.CreatePartitionsResponse),
+    Api.INCREMENTAL_ALTER_CONFIGS: (_admin.IncrementalAlterConfigsRequest, _admin.IncrementalAlterConfigsResponse),
     Api.DESCRIBE_CLUSTER: (_admin.DescribeClusterRequest, _admin.DescribeClusterResponse),
 }
 
@@ -87,6 +91,8 @@ SERVED: dict[Api, tuple[int, int]] = {
     Api.DESCRIBE_CONFIGS: (1, 4),
     Api.ELECT_LEADERS: (0, 2),
     Api.DESCRIBE_CLUSTER: (0, 1),
+    Api.CREATE_PARTITIONS: (0, 3),
+    Api.INCREMENTAL_ALTER_CONFIGS: (0, 1),
 }
 
 # What ApiVersions says. As Kafka 4.x, Produce is advertised from v0 (KAFKA-18659:

@@ -7,7 +7,7 @@ manager, purgatory and leader core; CreateTopics and ElectLeaders through
 the one controller forward), and translating their answers back into
 Kafka's response fields; whole-request failures turned into Kafka's
 per-partition error responses; the APIs the msgpack path has no twin for
-(OffsetForLeaderEpoch, DescribeConfigs, InitProducerId, FindCoordinator),
+(OffsetForLeaderEpoch, InitProducerId, FindCoordinator),
 answered from the metadata image and the partition's epoch cache.
 
 Must not know: sockets or framing (minibroker.kafka.server), any
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from minibroker.broker.partition import NONE
-from minibroker.config import DEFAULTS, TOPIC_CONFIGS, Config
+from minibroker.config import Config
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.kafka import codec
 from minibroker.kafka.codec import Api, CodecError
@@ -44,13 +44,8 @@ ENCODE_OFF_LOOP_BYTES = 1024 * 1024
 # keeps the per-request Python work of any single request bounded).
 MAX_PARTITIONS_PER_REQUEST = 20_000
 
-# DescribeConfigs config sources (Kafka's ConfigSource ids).
-_SOURCE_DYNAMIC_TOPIC = 1
-_SOURCE_STATIC_BROKER = 4
-_SOURCE_DEFAULT = 5
+_SOURCE_DEFAULT = 5          # Kafka's ConfigSource DEFAULT_CONFIG
 _RESOURCE_TOPIC = 2
-_RESOURCE_BROKER = 4
-_SENSITIVE = frozenset({"minibroker.cluster.secret"})
 _NO_AUTHORIZED_OPERATIONS = None      # encodes as INT32_MIN: "not requested / not provided"
 
 
@@ -96,6 +91,8 @@ class KafkaApis:
             Api.DESCRIBE_CONFIGS: self._describe_configs,
             Api.ELECT_LEADERS: self._elect_leaders,
             Api.DESCRIBE_CLUSTER: self._describe_cluster,
+            Api.CREATE_PARTITIONS: self._create_partitions,
+            Api.INCREMENTAL_ALTER_CONFIGS: self._incremental_alter_configs,
         }
 
     # ------------------------------------------------------------------ entry
@@ -172,27 +169,37 @@ class KafkaApis:
 
     async def _produce(self, conn: KafkaConnection, req: _Request) -> dict | None:
         r = req.body
-        topics = [{"topic": t.name, "partitions": [{"partition": p.index, "records": p.records or b""}
-                                                    for p in t.partition_data]} for t in r.topic_data]
-        self._check_size(sum(len(t["partitions"]) for t in topics))
-        body = {"acks": r.acks, "timeout_ms": r.timeout_ms, "topics": topics}
+        refused: dict[tuple[str, int], str] = {}
+        topics = []
+        for t in r.topic_data:
+            parts = []
+            for p in t.partition_data:
+                problem = _single_batch_problem(p.records, req.version)
+                if problem:
+                    refused[(t.name, p.index)] = problem
+                else:
+                    parts.append({"partition": p.index, "records": p.records})
+            topics.append({"topic": t.name, "partitions": parts})
+        self._check_size(sum(len(t["partitions"]) for t in topics) + len(refused))
+        body = {"acks": r.acks, "timeout_ms": r.timeout_ms, "topics": [t for t in topics if t["partitions"]]}
+        if refused and r.acks == 0:
+            raise ConnectionAbort("acks=0 produce with an invalid record set: " + next(iter(refused.values())))
         try:
-            resp = await self._call(conn, req, ApiKey.PRODUCE, body)
+            resp = await self._call(conn, req, ApiKey.PRODUCE, body) if body["topics"] else {"topics": []}
         except KafkaError as exc:
             if r.acks == 0:
                 raise ConnectionAbort(f"acks=0 produce failed: {exc}") from None
             resp = {"topics": [{"topic": t["topic"], "partitions": [
                 {"partition": p["partition"], "error": int(exc.code), "base_offset": -1, "log_start_offset": -1,
-                 "message": exc.message} for p in t["partitions"]]} for t in topics]}
+                 "message": exc.message} for p in t["partitions"]]} for t in body["topics"]]}
         if resp is None:
             return None
+        answered = {(t["topic"], p["partition"]): p for t in resp["topics"] for p in t["partitions"]}
         return {"throttle_time_ms": 0, "responses": [
-            {"name": t["topic"], "partition_responses": [
-                {"index": p["partition"], "error_code": p["error"], "base_offset": p["base_offset"],
-                 "log_append_time_ms": -1, "log_start_offset": p["log_start_offset"], "record_errors": [],
-                 "error_message": p.get("message") or None}
-                for p in t["partitions"]]}
-            for t in resp["topics"]]}
+            {"name": t.name, "partition_responses": [
+                _produce_partition(p.index, answered.get((t.name, p.index)), refused.get((t.name, p.index)))
+                for p in t.partition_data]}
+            for t in r.topic_data]}
 
     # ------------------------------------------------------------------ Fetch
 
@@ -300,16 +307,20 @@ class KafkaApis:
         if names and auto and self.broker.config.get_bool("auto.create.topics.enable"):
             missing = [t["topic"] for t in resp["topics"] if t["error"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
             if missing:
-                await self._auto_create(conn, req, missing)
+                failed = await self._auto_create(conn, req, missing)
                 resp = await self._call(conn, req, ApiKey.METADATA, {"topics": names})
                 assert resp is not None
+                for t in resp["topics"]:
+                    if t["error"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and t["topic"] in failed:
+                        t["error"] = failed[t["topic"]]     # e.g. INVALID_TOPIC_EXCEPTION, as Kafka answers
         return self._kafka_metadata(resp)
 
-    async def _auto_create(self, conn: KafkaConnection, req: _Request, topics: list[str]) -> None:
+    async def _auto_create(self, conn: KafkaConnection, req: _Request, topics: list[str]) -> dict[str, int]:
         """auto.create.topics.enable: unknown topics a Metadata request names are
         created with num.partitions and default.replication.factor, through the
         same CreateTopics path (Kafka answers LEADER_NOT_AVAILABLE and creates in
-        the background; here the answer waits for the creation, up to 5 s)."""
+        the background; here the answer waits for the creation, up to 5 s).
+        Returns the error of each topic that could not be created."""
         body = {"topics": [{"topic": t, "num_partitions": self.broker.config.get_int("num.partitions"),
                             "replication_factor": self.broker.config.get_int("default.replication.factor")}
                            for t in topics], "timeout_ms": 5000, "validate_only": False}
@@ -317,10 +328,14 @@ class KafkaApis:
             resp = await self._call(conn, req, ApiKey.CREATE_TOPICS, body)
         except KafkaError as exc:
             log.info("auto-creating %s failed: %s", ", ".join(topics), exc)
-            return
+            return {}
+        failed: dict[str, int] = {}
         for t in (resp or {}).get("topics", []):
             if t.get("error", 0) and t["error"] != ErrorCode.TOPIC_ALREADY_EXISTS:
                 log.info("auto-creating topic %s failed: %s", t["topic"], t.get("message", t["error"]))
+                if t["error"] == ErrorCode.INVALID_TOPIC_EXCEPTION:
+                    failed[t["topic"]] = int(t["error"])
+        return failed
 
     def _kafka_metadata(self, resp: dict) -> dict:
         topics = []
@@ -432,18 +447,28 @@ class KafkaApis:
             results = resp["topics"]
         except KafkaError as exc:
             results = [{"topic": t["topic"], "error": int(exc.code), "message": exc.message} for t in topics]
+        configs: dict[str, list[dict]] = {}
+        created = [res["topic"] for res in results if not res.get("error", 0)]
+        if created and req.version >= 5:
+            try:
+                described = await self._call(conn, req, ApiKey.DESCRIBE_CONFIGS, {"resources": [
+                    {"resource_type": _RESOURCE_TOPIC, "resource_name": n, "names": None} for n in created]})
+                for d in (described or {}).get("results", []):
+                    configs[d["resource_name"]] = [
+                        {k: e[k] for k in ("name", "value", "read_only", "config_source", "is_sensitive")}
+                        for e in (_kafka_config_entry(c, False) for c in d["configs"])]
+            except KafkaError as exc:
+                log.info("describing created topics failed: %s", exc)
         out = []
         for res in results:
             name = res["topic"]
-            ok = not res.get("error", 0)
-            t = self.broker.image.topics.get(name) if ok else None
+            t = self.broker.image.topics.get(name) if not res.get("error", 0) else None
             parts = self.broker.image.partitions_of(name) if t is not None else []
             out.append({
                 "name": name, "error_code": res.get("error", 0), "error_message": res.get("message") or None,
                 "num_partitions": t.num_partitions if t is not None else -1,
                 "replication_factor": len(parts[0].replicas) if parts else -1,
-                "configs": [{k: c[k] for k in ("name", "value", "read_only", "config_source", "is_sensitive")}
-                            for c in self._topic_configs(name, None)] if t is not None else None,
+                "configs": configs.get(name) if t is not None else None,
             })
         return {"throttle_time_ms": 0, "topics": out}
 
@@ -463,6 +488,39 @@ class KafkaApis:
             {"name": res["topic"], "error_code": res.get("error", 0), "error_message": res.get("message") or None}
             for res in results]}
 
+    async def _create_partitions(self, conn: KafkaConnection, req: _Request) -> dict:
+        r = req.body
+        topics = [{"topic": t.name, "count": t.count,
+                   "assignments": None if t.assignments is None else [a.broker_ids for a in t.assignments]}
+                  for t in r.topics]
+        body = {"topics": topics, "timeout_ms": r.timeout_ms, "validate_only": bool(r.validate_only)}
+        try:
+            resp = await self._call(conn, req, ApiKey.CREATE_PARTITIONS, body)
+            assert resp is not None
+            results = resp["results"]
+        except KafkaError as exc:
+            results = [{"topic": t["topic"], "error": int(exc.code), "message": exc.message} for t in topics]
+        return {"throttle_time_ms": 0, "results": [
+            {"name": res["topic"], "error_code": res.get("error", 0), "error_message": res.get("message") or None}
+            for res in results]}
+
+    async def _incremental_alter_configs(self, conn: KafkaConnection, req: _Request) -> dict:
+        r = req.body
+        resources = [{"resource_type": res.resource_type, "resource_name": res.resource_name,
+                      "configs": [{"name": c.name, "op": c.config_operation, "value": c.value} for c in res.configs]}
+                     for res in r.resources]
+        try:
+            resp = await self._call(conn, req, ApiKey.INCREMENTAL_ALTER_CONFIGS,
+                                    {"resources": resources, "validate_only": bool(r.validate_only)})
+            assert resp is not None
+            results = resp["results"]
+        except KafkaError as exc:
+            results = [{"resource_type": res["resource_type"], "resource_name": res["resource_name"],
+                        "error": int(exc.code), "message": exc.message} for res in resources]
+        return {"throttle_time_ms": 0, "responses": [
+            {"error_code": res["error"], "error_message": res.get("message") or None,
+             "resource_type": res["resource_type"], "resource_name": res["resource_name"]} for res in results]}
+
     async def _elect_leaders(self, conn: KafkaConnection, req: _Request) -> dict:
         r = req.body
         tps = None if r.topic_partitions is None else [
@@ -481,64 +539,49 @@ class KafkaApis:
 
     async def _describe_configs(self, conn: KafkaConnection, req: _Request) -> dict:
         r = req.body
-        results = []
-        for res in r.resources:
-            keys = None if res.configuration_keys is None else set(res.configuration_keys)
-            entry: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": res.resource_type,
-                                     "resource_name": res.resource_name, "configs": []}
-            if res.resource_type == _RESOURCE_TOPIC:
-                if res.resource_name not in self.broker.image.topics:
-                    entry["error_code"] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                    entry["error_message"] = f"Topic {res.resource_name} does not exist"
-                else:
-                    entry["configs"] = self._topic_configs(res.resource_name, keys, synonyms=True)
-            elif res.resource_type == _RESOURCE_BROKER:
-                if res.resource_name not in ("", str(self.broker.node_id)):
-                    entry["error_code"] = int(ErrorCode.INVALID_REQUEST)
-                    entry["error_message"] = (f"Unexpected broker id, expected {self.broker.node_id} or empty "
-                                              f"string, but received {res.resource_name}")
-                else:
-                    entry["configs"] = self._broker_configs(keys)
-            else:
-                entry["error_code"] = int(ErrorCode.INVALID_REQUEST)
-                entry["error_message"] = f"resource type {res.resource_type} is not served"
-            results.append(entry)
-        return {"throttle_time_ms": 0, "results": results}
+        body = {"resources": [{"resource_type": res.resource_type, "resource_name": res.resource_name,
+                               "names": None if res.configuration_keys is None else list(res.configuration_keys)}
+                              for res in r.resources]}
+        synonyms = bool(r.include_synonyms)
+        try:
+            resp = await self._call(conn, req, ApiKey.DESCRIBE_CONFIGS, body)
+            assert resp is not None
+            results = resp["results"]
+        except KafkaError as exc:
+            results = [{**res, "error": int(exc.code), "message": exc.message, "configs": []}
+                       for res in body["resources"]]
+        return {"throttle_time_ms": 0, "results": [
+            {"error_code": res["error"], "error_message": res.get("message") or None,
+             "resource_type": res["resource_type"], "resource_name": res["resource_name"],
+             "configs": [_kafka_config_entry(c, synonyms) for c in res["configs"]]} for res in results]}
 
-    def _broker_source(self, key: str) -> int:
-        cfg = self.broker.config
-        return _SOURCE_STATIC_BROKER if cfg.get(key, "") != DEFAULTS.get(key) else _SOURCE_DEFAULT
 
-    def _topic_configs(self, topic: str, keys: set[str] | None, synonyms: bool = False) -> list[dict]:
-        image = self.broker.image
-        overrides = image.topic_configs(topic)
-        out = []
-        for name in sorted(TOPIC_CONFIGS):
-            if keys is not None and name not in keys:
-                continue
-            broker_key = TOPIC_CONFIGS[name]
-            broker_value = self.broker.config.get(broker_key, DEFAULTS.get(broker_key, ""))
-            syn = []
-            if name in overrides:
-                source, value = _SOURCE_DYNAMIC_TOPIC, overrides[name]
-                syn.append({"name": name, "value": value, "source": _SOURCE_DYNAMIC_TOPIC})
-            else:
-                source, value = self._broker_source(broker_key), broker_value
-            syn.append({"name": broker_key, "value": broker_value, "source": self._broker_source(broker_key)})
-            out.append({"name": name, "value": value, "read_only": False, "config_source": source,
-                        "is_default": source == _SOURCE_DEFAULT, "is_sensitive": False,
-                        "synonyms": syn if synonyms else [], "config_type": 0, "documentation": None})
-        return out
+def _single_batch_problem(records: bytes | None, version: int) -> str | None:
+    """Kafka's ProduceRequest.validateRecords for v3+ (an INVALID_RECORD partition):
+    exactly one magic-2 batch per partition. Reads two header fields, not the records."""
+    if not records or len(records) < 17:
+        return f"Produce requests with version {version} must have at least one record batch per partition"
+    if records[16] != 2:
+        return f"Produce requests with version {version} are only allowed to contain record batches with magic v2"
+    if int.from_bytes(records[8:12], "big", signed=True) + 12 < len(records):      # more after the first batch
+        return (f"Produce requests with version {version} are only allowed to contain exactly one record batch "
+                f"per partition")
+    return None
 
-    def _broker_configs(self, keys: set[str] | None) -> list[dict]:
-        props = self.broker.config.as_dict()
-        out = []
-        for name in sorted(props):
-            if keys is not None and name not in keys:
-                continue
-            sensitive = name in _SENSITIVE
-            source = self._broker_source(name)
-            out.append({"name": name, "value": None if sensitive else props[name], "read_only": True,
-                        "config_source": source, "is_default": source == _SOURCE_DEFAULT,
-                        "is_sensitive": sensitive, "synonyms": [], "config_type": 0, "documentation": None})
-        return out
+
+def _produce_partition(index: int, answer: dict | None, refused: str | None) -> dict:
+    if answer is None:
+        return {"index": index, "error_code": int(ErrorCode.INVALID_RECORD), "base_offset": -1,
+                "log_append_time_ms": -1, "log_start_offset": -1, "record_errors": [],
+                "error_message": refused}
+    return {"index": index, "error_code": answer["error"], "base_offset": answer["base_offset"],
+            "log_append_time_ms": -1, "log_start_offset": answer["log_start_offset"], "record_errors": [],
+            "error_message": answer.get("message") or None}
+
+
+def _kafka_config_entry(c: dict, synonyms: bool) -> dict:
+    """One DescribeConfigs entry of the minibroker listener's answer, in Kafka's fields."""
+    return {"name": c["name"], "value": None if c.get("is_sensitive") else c["value"],
+            "read_only": c.get("read_only", False), "config_source": c["source"],
+            "is_default": c["source"] == _SOURCE_DEFAULT, "is_sensitive": c.get("is_sensitive", False),
+            "synonyms": c.get("synonyms", []) if synonyms else [], "config_type": 0, "documentation": None}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import struct
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -180,8 +181,10 @@ class KafkaConnection(asyncio.Protocol):
 
 
 async def serve_kafka(handler: FrameHandler, host: str, port: int, listener: str, max_frame_bytes: int,
-                      connections: set[KafkaConnection], idle_ms: int = 600_000) -> asyncio.base_events.Server:
+                      connections: set[KafkaConnection], idle_ms: int = 600_000,
+                      ssl_context: ssl.SSLContext | None = None) -> asyncio.base_events.Server:
+    """Listen on host:port; with `ssl_context` the listener speaks TLS (security.protocol SSL)."""
     loop = asyncio.get_running_loop()
     return await loop.create_server(
         lambda: KafkaConnection(handler, listener, max_frame_bytes, connections, idle_ms),
-        host, port, reuse_address=True, backlog=1024)
+        host, port, reuse_address=True, backlog=1024, ssl=ssl_context)

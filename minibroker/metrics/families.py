@@ -71,6 +71,8 @@ def broker_families(status: Mapping[str, Any], min_isr: Callable[[str], int],
                  "Leader LEO minus the replica's LEO as the leader last saw it (leader only; -1 = not fetched yet)")
     caught = Family("minibroker_partition_replica_caughtup", "gauge",
                     "1 if the leader counts the replica caught up (replica.lag.time.max.ms), leader only")
+    fetch_lag = Family("kafka_server_fetcherlagmetrics_consumerlag", "gauge",
+                       "Follower only: the leader's HW in its last fetch answer minus this replica's LEO")
     for p in parts:
         t, n = str(p["topic"]), str(p["partition"])
         leo.add(p.get("leo", 0), topic=t, partition=n)
@@ -91,6 +93,10 @@ def broker_families(status: Mapping[str, Any], min_isr: Callable[[str], int],
         ami.add(am, topic=t, partition=n)
         isr_count.add(len(isr), topic=t, partition=n)
         rep_count.add(rf, topic=t, partition=n)
+        fs = p.get("fetch_state") or {}
+        if not is_leader and fs.get("leader_hw", -1) >= 0:
+            fetch_lag.add(max(0, fs["leader_hw"] - p.get("leo", 0)),
+                          clientId=f"ReplicaFetcherThread-0-{fs.get('leader', p.get('leader'))}", topic=t, partition=n)
         leader_leo = p.get("leo", 0)
         for r in replicas:
             rid = str(r["broker_id"])
@@ -112,7 +118,7 @@ def broker_families(status: Mapping[str, Any], min_isr: Callable[[str], int],
         _scalar("kafka_server_replicamanager_isrexpands", "counter",
                 "ISR expansions applied by this broker as leader (its AlterPartition or the controller's change)",
                 counts.isr_expands),
-        ur, umi, ami, isr_count, rep_count, leo, lso, hw, epoch, lag, caught,
+        ur, umi, ami, isr_count, rep_count, leo, lso, hw, epoch, lag, caught, fetch_lag,
         events_family(counts),
     ]
 

@@ -19,12 +19,14 @@ No loop without progress (issue 9): an answer that leaves the follower
 where it was (the same divergence twice with the same local log, a
 truncation that changed nothing, the same error twice) delays the
 partition by `replica.fetch.backoff.ms` and emits `follower_stuck` with the
-reason; the next answer that moves the follower emits `follower_resumed`.
+reason (the event's `after` says which of the three; its reason says
+why); the next answer that moves the follower emits `follower_resumed`.
 """
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Literal
 
 from minibroker.errors import ErrorCode, error_name
 from minibroker.events import Event, EventSink, discard
@@ -114,6 +116,13 @@ class ListLeaderOffset:
 
 Action = Append | UpdateHighWatermark | Truncate | TruncateFullyAndStartAt | ListLeaderOffset
 
+# Why a fetch answer made no progress (the `after` of a follower_stuck event).
+StuckKind = Literal["empty_truncation", "same_divergence", "repeated_error"]
+
+
+def _epochs(log: LogView) -> str:
+    return ",".join(f"{e}:{s}" for e, s in log.epochs) or "-"
+
 
 # ---------------------------------------------------------------- rules as functions
 
@@ -158,6 +167,9 @@ class PartitionFollower:
     # Invariant: the (divergence, local leo, local latest epoch) of the last truncation asked for.
     _last_divergence: tuple[int, int, int, int] | None = None
     answers: int = 0
+    # Invariant: the leader's HW in the last error-free answer (-1 before one); the
+    # follower's lag as Kafka's FetcherLagMetrics reports it is max(0, leader_hw - LEO).
+    leader_hw: int = UNDEFINED
 
     # ------------------------------------------------------------ queries
 
@@ -185,6 +197,7 @@ class PartitionFollower:
             "failed": self.failed, "backing_off": self.delayed_until_ms > now_ms, "last_error": self.last_error,
             "stuck": self.stuck is not None, "stuck_reason": self.stuck_reason,
             "stuck_count": 0 if self.stuck is None else self.stuck.count,
+            "leader_hw": self.leader_hw,
         }
 
     # ------------------------------------------------------------ events in
@@ -205,11 +218,13 @@ class PartitionFollower:
                 return self._on_divergence(answer.diverging_epoch, log, now_ms)
             self.truncating_rounds = 0
             self._last_divergence = None
+            self.leader_hw = answer.high_watermark
             if self.last_error:
                 self.last_error = 0
             if answer.has_records:
                 self._progress(now_ms, "appending the leader's batches")
                 return [Append(), UpdateHighWatermark(answer.high_watermark, answer.log_start_offset)]
+            self._progress(now_ms, "the leader answered without error or divergence")
             return [UpdateHighWatermark(answer.high_watermark, answer.log_start_offset)]
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             return [ListLeaderOffset("latest")]
@@ -230,8 +245,8 @@ class PartitionFollower:
         """Triggered after the driver carried out `Truncate` / `TruncateFullyAndStartAt`.
         A truncation that changed neither the LEO nor the epoch cache is no progress."""
         if before == after:
-            self._maybe_stuck(now_ms, f"truncation changed nothing (LEO {after.leo}, "
-                              f"epochs {list(after.epochs)})")
+            self._maybe_stuck(now_ms, "empty_truncation", f"truncation changed nothing (LEO {after.leo}, "
+                              f"epochs {_epochs(after)})")
         else:
             self._progress(now_ms, f"truncated to {after.leo}")
 
@@ -259,8 +274,9 @@ class PartitionFollower:
         self.delayed_until_ms = now_ms + self.backoff_ms
         self._note_error(code, now_ms, message)
         if repeated:
-            self._maybe_stuck(now_ms, f"{error_name(code)} again{': ' + message if message else ''}",
-                              delay=False)
+            self._maybe_stuck(now_ms, "repeated_error",
+                              f"leader {self.leader_id} answered {error_name(code)} again"
+                              f"{': ' + message if message else ''}", delay=False)
 
     def on_transport_error(self, now_ms: int) -> None:
         """Triggered when the Fetch itself failed (connection, timeout): back off (R7)."""
@@ -273,7 +289,8 @@ class PartitionFollower:
         epoch, end = diverging
         key = (epoch, end, log.leo, log.latest_epoch)
         if key == self._last_divergence:
-            self._maybe_stuck(now_ms, f"leader {self.leader_id} answered diverging epoch {epoch} ending at {end} "
+            self._maybe_stuck(now_ms, "same_divergence",
+                              f"leader {self.leader_id} answered diverging epoch {epoch} ending at {end} "
                               f"again for the same local log (LEO {log.leo}, latest epoch {log.latest_epoch})")
             return []
         self._last_divergence = key
@@ -284,25 +301,25 @@ class PartitionFollower:
                   + ("" if done else "; epoch unknown to us, fetching again"))
         return [Truncate(target, reason)]
 
-    def _maybe_stuck(self, now_ms: int, reason: str, *, delay: bool = True) -> None:
+    def _maybe_stuck(self, now_ms: int, kind: StuckKind, why: str, *, delay: bool = True) -> None:
         if delay:
             self.delayed_until_ms = now_ms + self.backoff_ms
-        if self.stuck is not None and self.stuck.reason == reason:
+        if self.stuck is not None and self.stuck.reason == why:
             self.stuck.count += 1
             return
-        self.stuck = _Stuck(reason, now_ms)
-        self._emit("follower_stuck", now_ms, None, reason,
-                   f"fetch from leader {self.leader_id} at epoch {self.leader_epoch} made no progress: {reason}; "
-                   f"backing off {self.backoff_ms} ms (replica.fetch.backoff.ms)",
+        self.stuck = _Stuck(why, now_ms)
+        self._emit("follower_stuck", now_ms, None, kind,
+                   f"{why}; backing off {self.backoff_ms} ms (replica.fetch.backoff.ms)",
                    leader=self.leader_id, leader_epoch=self.leader_epoch, backoff_ms=self.backoff_ms)
 
     def _progress(self, now_ms: int, what: str) -> None:
         if self.stuck is not None:
             was = self.stuck
             self.stuck = None
-            self._emit("follower_resumed", now_ms, was.reason, None,
+            self._emit("follower_resumed", now_ms, "stuck", None,
                        f"fetch from leader {self.leader_id} moves again ({what}) after {was.count} "
-                       f"answer(s) without progress", leader=self.leader_id, leader_epoch=self.leader_epoch)
+                       f"answer(s) without progress ({was.reason})", leader=self.leader_id,
+                       leader_epoch=self.leader_epoch)
 
     def _note_error(self, code: int, now_ms: int, message: str) -> None:
         if self.last_error != code:

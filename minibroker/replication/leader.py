@@ -356,7 +356,7 @@ class PartitionLeader:
                        f"broker epoch {broker_epoch} of replica {replica} is older than "
                        f"{el.broker_epoch}", replica=replica, error=d.error.name)
             return self._finish(d)
-        if fetch_offset < self._log_start_offset or fetch_offset > self._leo:
+        if self.fetch_offset_error(fetch_offset) != ErrorCode.NONE:
             d.error = ErrorCode.OFFSET_OUT_OF_RANGE
             self._emit(d, "fetch_rejected", now_ms, None, None,
                        f"fetch offset {fetch_offset} outside [{self._log_start_offset}, "
@@ -524,7 +524,8 @@ class PartitionLeader:
 
     def on_min_isr_changed(self, min_isr: int, now_ms: int) -> Decision:
         """A topic or dynamic broker config set min.insync.replicas (kafka-configs --alter):
-        effective for the next acks=all append and the under-min-ISR checks."""
+        effective for the next acks=all append and the under-min-ISR checks; a lower value
+        may release a HW the strict min ISR rule (H2) had frozen, so the HW is recomputed."""
         if min_isr < 1:
             raise ValueError("min_isr must be >= 1")
         d = self._begin()
@@ -532,6 +533,7 @@ class PartitionLeader:
             self._emit(d, "min_isr_changed", now_ms, self.min_isr, min_isr,
                        f"min.insync.replicas {self.min_isr} -> {min_isr} (config change)")
             self.min_isr = min_isr
+            self._maybe_increment_hw(d, now_ms, "min.insync.replicas changed")
         return self._finish(d)
 
     def on_metadata(
@@ -603,13 +605,32 @@ class PartitionLeader:
                        "controller metadata", replica=replica)
         return self._finish(d)
 
-    def isr_with_broker_epochs(self, isr: Iterable[int]) -> list[tuple[int, int]]:
-        """`newIsrWithEpochs` for an AlterPartition (I5): our own broker epoch
-        for the leader, the stored fetch epoch for followers, -1 if unknown."""
+    def fetch_offset_error(self, fetch_offset: int) -> ErrorCode:
+        """F6: OFFSET_OUT_OF_RANGE outside [log start, LEO], else NONE. The one copy of
+        this check: `on_follower_fetch` applies it, and the driver asks it before F5."""
+        if fetch_offset < self._log_start_offset or fetch_offset > self._leo:
+            return ErrorCode.OFFSET_OUT_OF_RANGE
+        return ErrorCode.NONE
+
+    def on_log_start_offset(self, log_start_offset: int) -> None:
+        """Triggered when retention (or a follower-side rule) moved the leader's log start
+        forward (H6). Never past the HW: retention deletes only below it."""
+        if log_start_offset <= self._log_start_offset:
+            return
+        if log_start_offset > self._hw:
+            raise ValueError(f"log start {log_start_offset} above the HW {self._hw}")
+        self._log_start_offset = log_start_offset
+
+    def isr_with_broker_epochs(self, isr: Iterable[int], own_broker_epoch: int | None = None
+                               ) -> list[tuple[int, int]]:
+        """`newIsrWithEpochs` for an AlterPartition (I5): our own broker epoch for the
+        leader (`own_broker_epoch`, the current registration, when the driver knows a
+        newer one than this core was built with), the stored fetch epoch for followers,
+        -1 if unknown."""
         out = []
         for r in isr:
             if r == self.leader_id:
-                out.append((r, self.broker_epoch))
+                out.append((r, self.broker_epoch if own_broker_epoch is None else own_broker_epoch))
             else:
                 f = self._followers.get(r)
                 out.append((r, f.broker_epoch if f is not None else UNKNOWN))

@@ -12,6 +12,8 @@ running loop, so blocking file calls happen at a deterministic point.
 Must not know: sockets (the simulated network provides transports through
 `create_connection`/`create_server`), brokers, or what the processes run.
 """
+# BaseEventLoop's private fields (_ready, _scheduled, ...) are not in typeshed:
+# mypy: disable-error-code="attr-defined,has-type,override"
 from __future__ import annotations
 
 import asyncio

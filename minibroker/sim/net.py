@@ -1,7 +1,10 @@
 """The simulated network: asyncio transports between simulated hosts.
 
 Owns: listeners by (host, port), connections as pairs of one-way pipes with
-a seeded latency each way and in-order delivery, and the faults the network
+in-order delivery and a latency per pipe per 50 ms of simulated time (a
+stable hash of the seed, the pipe and the time, so neither the order in
+which one step writes to several pipes nor how a sender chunks its writes
+can change when anything arrives), and the faults the network
 can suffer: a cut path (one way: what is sent is held, as TCP retransmits,
 and arrives once the path heals; connection attempts across a cut hang until
 the caller's timeout), connection resets, and what the kernel does when a
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import zlib
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +25,16 @@ from typing import Any
 from minibroker.sim.loop import SimLoop, SimProcess, current_process
 
 _DATA, _EOF, _RST = 0, 1, 2
+_BUCKETS_PER_S = 20
+_MASK = (1 << 64) - 1
+
+
+def _mix(x: int) -> int:
+    """splitmix64's finaliser: a stable 64-bit hash of an int (Python's hash() of str is salted)."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)
 
 
 class _FakeSocket:
@@ -63,7 +77,9 @@ class _Pipe:
 
     def __init__(self, net: SimNetwork, src: str, dst: SimTransport, serial: int) -> None:
         self.net = net
-        self.rng = random.Random(net.seed * 1_000_003 + serial)   # latencies independent of call order
+        self.serial = serial
+        self._bucket = -1
+        self._latency = 0.0
         self.src = src
         self.dst = dst
         self.queue: deque[tuple[float, int, bytes]] = deque()
@@ -72,7 +88,12 @@ class _Pipe:
 
     def send(self, kind: int, data: bytes = b"") -> None:
         loop = self.net.loop
-        due = max(loop.time() + self.net.latency(self.rng), self.last_due + 1e-7)
+        now = loop.time()
+        bucket = int(now * _BUCKETS_PER_S)
+        if bucket != self._bucket:        # one latency per pipe per bucket: how the sender chunks its
+            self._bucket = bucket         # writes, or in which order it writes to several pipes, cannot
+            self._latency = self.net.latency_for(self.serial, bucket)  # change when anything arrives
+        due = max(now + self._latency, self.last_due + 1e-7)
         self.last_due = due
         self.queue.append((due, kind, data))
         self._schedule()
@@ -106,7 +127,7 @@ class _Pipe:
                     net.requests += 1
                     path = (self.src, dst.host)
                     net.requests_by[path] = net.requests_by.get(path, 0) + 1
-                dst.protocol.data_received(data)  # type: ignore[attr-defined]
+                dst.protocol.data_received(data)  # type: ignore[union-attr]
             else:
                 dst._lose(ConnectionResetError("connection reset by peer") if kind == _RST else None)
                 self.queue.clear()
@@ -237,11 +258,14 @@ class SimNetwork:
         self._ports: dict[str, int] = {}
         self.delivered = 0
         self.requests = 0
+        self._attempts: dict[str, int] = {}
         self.requests_by: dict[tuple[str, str], int] = {}      # (client host, server host) -> requests
         self.connections = 0
 
-    def latency(self, rng: random.Random | None = None) -> float:
-        return (rng or self.rng).uniform(self.min_latency_s, self.max_latency_s)
+    def latency_for(self, key: int, bucket: int) -> float:
+        """A latency that depends only on the seed, `key` and the time bucket."""
+        x = _mix(_mix(self.seed * 0x9E3779B97F4A7C15 + key) + bucket)
+        return self.min_latency_s + (self.max_latency_s - self.min_latency_s) * (x / 2.0 ** 64)
 
     # -- faults -----------------------------------------------------------------
     def is_cut(self, src: str, dst: str) -> bool:
@@ -305,7 +329,10 @@ class SimNetwork:
         loop = self.loop
         if self.is_cut(src, dst) or self.is_cut(dst, src):
             await loop.create_future()          # the SYN is dropped: the caller's timeout ends this
-        await asyncio.sleep(self.latency() + self.latency())
+        route = f"{src}>{dst}:{port}"
+        n = self._attempts[route] = self._attempts.get(route, 0) + 1
+        key = zlib.crc32(route.encode()) * 65_537 + n
+        await asyncio.sleep(2 * self.latency_for(key, int(loop.time() * _BUCKETS_PER_S)))
         srv = self._listeners.get((dst, int(port or 0)))
         if self.is_cut(src, dst) or self.is_cut(dst, src):
             await loop.create_future()

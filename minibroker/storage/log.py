@@ -484,7 +484,8 @@ class PartitionLog:
                 stale = self.epoch_cache.truncate_from_end(before)
             if stale:
                 self._emit("truncation", before, before,
-                           f"{reason}; dropped epoch entries {stale} starting at or after the LEO "
+                           f"{reason}; dropped epoch entries {' '.join(f'{e}:{o}' for e, o in stale)} "
+                           "starting at or after the LEO "
                            "(an epoch led here without appends)",
                            side="epochs", requested_offset=offset, segments_deleted=[],
                            epoch_entries_removed=[list(e) for e in stale])

@@ -203,7 +203,8 @@ class ClusterLayout:
         if b.metrics is not None:
             props["metrics.listener"] = f"{b.metrics[0]}:{b.metrics[1]}"
         if self.tls:
-            props.update(self._tls_props(["EXTERNAL", *b.internal, "CONTROLLER"]))
+            kafka = ["KAFKA"] if b.kafka_port else []
+            props.update(self._tls_props(["EXTERNAL", *b.internal, "CONTROLLER", *kafka]))
             props["controller.listener.names"] = "CONTROLLER"
         props.update(self.broker_overrides)
         return props

@@ -259,6 +259,7 @@ async def test_a_divergence_that_truncates_nothing_backs_off_and_reports_the_stu
     await asyncio.sleep(0.05)                    # absence check: the back-off holds, no second fetch
     assert len(conn.fetches()) == 1 and st.backoff_until_ms == 60_000
     stuck = [e for e in events if e.kind == "follower_stuck"]
-    assert len(stuck) == 1 and "truncation changed nothing" in stuck[0].after
-    assert st.core.status(0)["stuck_reason"] == stuck[0].after and st.core.status(0)["phase"] == "delayed"
+    assert len(stuck) == 1 and stuck[0].after == "empty_truncation"
+    assert "truncation changed nothing (LEO 2, epochs 3:0)" in stuck[0].reason
+    assert st.core.status(0)["stuck_reason"] in stuck[0].reason and st.core.status(0)["phase"] == "delayed"
     await fm.shutdown()

@@ -208,7 +208,8 @@ async def test_follower_fetch_below_the_log_start_is_out_of_range_and_not_record
     broker.setup(replicas=(1, 2))
     await broker.produce([b"a", b"b", b"c"])
     await broker.fetch([{"partition": 0, "fetch_offset": 3, "current_leader_epoch": 0}], replica_id=2)
-    broker.part().log.maybe_increment_log_start_offset(2)          # e.g. retention
+    broker.part().log.maybe_increment_log_start_offset(2)          # e.g. retention, which tells the partition
+    broker.part().on_log_start_moved()
     before = broker.part().core.followers[2]
     (e,) = entries(await broker.fetch([{"partition": 0, "fetch_offset": 1, "current_leader_epoch": 0}],
                                       replica_id=2))

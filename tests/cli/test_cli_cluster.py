@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from cli_process import cli_cluster, ok, run
 
 from minibroker.testing import wait
 from minibroker.testing.cluster import LocalCluster
@@ -17,16 +18,6 @@ pytestmark = pytest.mark.cluster
 until = functools.partial(wait.until_sync, timeout_s=30, interval_s=0.1)
 
 
-def run(env, *args, input=None, timeout=90):
-    return subprocess.run([sys.executable, "-m", "minibroker.cli", *args], input=input, env=env,
-                          capture_output=True, timeout=timeout)
-
-
-def ok(r):
-    assert r.returncode == 0, (r.stdout.decode(), r.stderr.decode())
-    return r.stdout.decode()
-
-
 def isr_of(env, topic):
     m = re.search(r"\tIsr: ([\d,]*)\t", ok(run(env, "topics", "describe", "--topic", topic)))
     return {int(x) for x in m.group(1).split(",") if x}
@@ -34,20 +25,8 @@ def isr_of(env, topic):
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    home = str(tmp_path_factory.mktemp("cli") / "home")
-    e = {k: v for k, v in os.environ.items() if not k.startswith("MINIBROKER_")}
-    e["MINIBROKER_HOME"] = home
-    r = run(e, "cluster", "up", "--random-ports", "--fast")
-    out = ok(r)
-    e["_UP_OUTPUT"] = out
-    yield e
-    try:
-        run(e, "cluster", "down", "--timeout", "5", timeout=60)
-    finally:
-        try:
-            LocalCluster.load(home).destroy()
-        except Exception:
-            pass
+    with cli_cluster(str(tmp_path_factory.mktemp("cli") / "home"), "--random-ports", "--fast") as e:
+        yield e
 
 
 def cluster_of(env):
@@ -105,6 +84,16 @@ def test_produce_lines_then_consume_and_offsets(env):
     assert ok(r) == "Offset:2\tnull\tgamma\nOffset:3\tk1\tdelta\n"
     r = run(env, "consume", "--topic", "lines", "--from-beginning", "--max-messages", "2")
     assert ok(r) == "alpha\nbeta\n"
+
+
+def test_produce_compression_codec_writes_compressed_batches_that_consume_reads_back(env):
+    ok(run(env, "topics", "create", "--topic", "zipped", "--partitions", "1", "--replication-factor", "3"))
+    lines = b"".join(b"line %d of a compressible text\n" % i for i in range(200))
+    ok(run(env, "produce", "--topic", "zipped", "--compression-codec", "zstd", input=lines))
+    ok(run(env, "produce", "--topic", "zipped", "--compression-type", "gzip", input=b"last\n"))
+    assert ok(run(env, "consume", "--topic", "zipped", "--from-beginning")).encode() == lines + b"last\n"
+    r = run(env, "produce", "--topic", "zipped", "--compression-codec", "brotli", input=b"x\n")
+    assert r.returncode == 2 and b"brotli" in r.stderr
 
 
 def test_produce_synthetic_load_reports_rate(env):
@@ -242,9 +231,11 @@ def test_trace_wraps_the_trace_replayer():
 
 
 def test_cluster_down_stops_everything_and_up_starts_it_again(env):
+    ok(run(env, "topics", "create", "--topic", "restart", "--partitions", "1", "--replication-factor", "3"))
+    ok(run(env, "produce", "--topic", "restart", input=b"before-1\nbefore-2\n"))
     out = ok(run(env, "cluster", "down", "--timeout", "10"))
     assert "Cluster stopped" in out
     st = ok(run(env, "cluster", "status"))
     assert "running" not in st
     ok(run(env, "cluster", "up"))
-    assert ok(run(env, "consume", "--topic", "lines", "--from-beginning")) == "alpha\nbeta\ngamma\ndelta\nlive\n"
+    assert ok(run(env, "consume", "--topic", "restart", "--from-beginning")) == "before-1\nbefore-2\n"

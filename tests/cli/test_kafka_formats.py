@@ -122,3 +122,10 @@ def test_metadata_quorum_status_and_replication_are_kafka_metadata_quorums():
     assert rows == [["NodeId", "LogEndOffset", "Lag", "LastFetchTimestamp", "LastCaughtUpTimestamp", "Status"],
                     ["0", "47", "0", "100", "100", "Leader"], ["1", "47", "0", "90", "90", "Observer"],
                     ["2", "40", "7", "80", "-1", "Observer"]]
+
+
+def test_printed_hints_carry_the_data_dir_unless_it_is_the_default(monkeypatch, tmp_path):
+    from minibroker.cli.cluster import hint
+    monkeypatch.setenv("MINIBROKER_HOME", str(tmp_path / "default"))
+    assert hint("cluster down", str(tmp_path / "default")) == "minibroker cluster down"
+    assert hint("cluster heal", str(tmp_path / "other")) == f"minibroker cluster heal --data-dir {tmp_path / 'other'}"

@@ -3,12 +3,10 @@ with min.insync.replicas=2 at broker level). Each test makes its own topics and 
 broker it stops, so the tests do not depend on each other's order."""
 import functools
 import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
+from cli_process import cli_cluster, ok, run
 
 from minibroker.testing import wait
 from minibroker.testing.cluster import LocalCluster
@@ -16,16 +14,6 @@ from minibroker.testing.cluster import LocalCluster
 pytestmark = pytest.mark.cluster
 
 until = functools.partial(wait.until_sync, timeout_s=30, interval_s=0.1)
-
-
-def run(env, *args, input=None, timeout=90):
-    return subprocess.run([sys.executable, "-m", "minibroker.cli", *args], input=input, env=env,
-                          capture_output=True, timeout=timeout)
-
-
-def ok(r):
-    assert r.returncode == 0, (r.stdout.decode(), r.stderr.decode())
-    return r.stdout.decode()
 
 
 def isr_text(env, topic, partition=0):
@@ -36,19 +24,9 @@ def isr_text(env, topic, partition=0):
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    home = str(tmp_path_factory.mktemp("tools") / "home")
-    e = {k: v for k, v in os.environ.items() if not k.startswith("MINIBROKER_")}
-    e["MINIBROKER_HOME"] = home
-    e["_UP"] = ok(run(e, "cluster", "up", "--random-ports", "--fast", "--brokers", "4", "--racks", "a,b",
-                      "--set", "min.insync.replicas=2"))
-    yield e
-    try:
-        run(e, "cluster", "down", "--timeout", "5", timeout=60)
-    finally:
-        try:
-            LocalCluster.load(home).destroy()
-        except Exception:
-            pass
+    with cli_cluster(str(tmp_path_factory.mktemp("tools") / "home"), "--random-ports", "--fast", "--brokers", "4",
+                     "--racks", "a,b", "--set", "min.insync.replicas=2") as e:
+        yield e
 
 
 @pytest.fixture
@@ -66,7 +44,7 @@ def kill(env, restore, b):
 
 
 def test_racks_are_cycled_over_the_brokers(env):
-    assert "racks:      1=a, 2=b, 3=a, 4=b" in env["_UP"]
+    assert "racks:      1=a, 2=b, 3=a, 4=b" in env["_UP_OUTPUT"]
     c = LocalCluster.load(env["MINIBROKER_HOME"])
     assert [c.layout.broker_config(b)["broker.rack"] for b in c.broker_ids] == ["a", "b", "a", "b"]
 

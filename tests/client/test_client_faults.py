@@ -72,7 +72,10 @@ async def _isr_is(cluster, isr):
 
 async def _isr_set_is(cluster, isr):
     """Every broker's metadata shows this ISR (in any order)."""
-    return all(set((await describe(cluster, via=b)).isr) == isr for b in cluster.broker_ids)
+    for b in cluster.broker_ids:
+        if set((await describe(cluster, via=b)).isr) != isr:
+            return False
+    return True
 
 
 async def test_isolated_follower_leaves_the_isr_and_rejoins_after_heal(cluster):
@@ -128,7 +131,8 @@ async def test_restarted_broker_runs_again_with_the_same_config(cluster):
     await create(cluster)
     cluster.restart(2)
     cluster.wait_running_sync(60, [2])
-    await wait_for(lambda: _isr_is(cluster, (1, 2, 3)), timeout_s=30, what="broker 2 back in the ISR")
+    # controlled shutdown took 2 out of the ISR; it rejoins at the end, as Kafka keeps the ISR
+    await wait_for(lambda: _isr_is(cluster, (1, 3, 2)), timeout_s=30, what="broker 2 back in the ISR")
 
 
 async def test_producer_moves_to_the_new_leader_when_the_old_one_is_isolated(cluster):

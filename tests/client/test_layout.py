@@ -69,7 +69,7 @@ def test_layout_round_trips_through_the_state_file_form():
 
 def test_racks_are_cycled_over_the_brokers_in_id_order():
     lay = plan("/d", brokers=6, hosts=HOSTS, controller_host="127.0.0.1", port_for=lambda h, d: d,
-               secret="s", racks=("a", "b", "c"))
+               racks=("a", "b", "c"))
     assert [b.rack for b in lay.brokers] == ["a", "b", "c", "a", "b", "c"]
     assert [lay.broker_config(b.node_id)["broker.rack"] for b in lay.brokers] == ["a", "b", "c", "a", "b", "c"]
 
@@ -77,7 +77,7 @@ def test_racks_are_cycled_over_the_brokers_in_id_order():
 def test_a_layout_where_two_listeners_share_an_address_is_refused():
     import pytest
     with pytest.raises(ValueError, match="would both listen on 127.0.0.1:5000"):
-        plan("/d", brokers=3, hosts=HOSTS, controller_host="127.0.0.1", port_for=lambda h, d: 5000, secret="s")
+        plan("/d", brokers=3, hosts=HOSTS, controller_host="127.0.0.1", port_for=lambda h, d: 5000)
 
 
 def test_free_ports_never_hands_out_the_same_port_twice_on_one_host():
@@ -95,6 +95,21 @@ def test_random_port_layouts_are_always_valid():
     for _ in range(20):
         free = FreePorts()
         try:
-            plan("/d", brokers=3, hosts=HOSTS, controller_host="127.0.0.1", port_for=free, secret="s")
+            plan("/d", brokers=3, hosts=HOSTS, controller_host="127.0.0.1", port_for=free)
         finally:
             free.close()
+
+
+def test_a_tls_layout_maps_every_listener_to_ssl_and_names_the_secret_file_not_the_secret():
+    lay = well_known(tls=True)
+    for b in lay.brokers:
+        cfg = lay.broker_config(b.node_id)
+        mapped = dict(e.split(":") for e in cfg["listener.security.protocol.map"].split(","))
+        assert set(parse_listeners(cfg["listeners"])) | {"CONTROLLER"} == set(mapped)
+        assert set(mapped.values()) == {"SSL"} and cfg["controller.listener.names"] == "CONTROLLER"
+        assert cfg["minibroker.cluster.secret.file"] == "/d/cluster.secret"
+        assert "minibroker.cluster.secret" not in cfg
+    assert lay.controller_config()["listener.security.protocol.map"] == "CONTROLLER:SSL"
+    assert lay.client_properties() == {"security.protocol": "SSL", "ssl.truststore.location": "/d/tls/ca.pem"}
+    assert well_known().client_properties() == {}
+    assert ClusterLayout.from_dict(lay.to_dict()) == lay

@@ -87,6 +87,17 @@ def test_admin_client_creates_and_describes_topics_and_configs(shared_cluster):
                                   [TopicPartition("cf-admin", 0)]).result(timeout=30)
     (err,) = elected.values()
     assert err is not None and err.code() == KafkaError.ELECTION_NOT_NEEDED
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, NewPartitions
+    admin.create_partitions([NewPartitions("cf-admin", 6)])["cf-admin"].result(timeout=60)
+    md = admin.list_topics("cf-admin", timeout=30)
+    assert sorted(md.topics["cf-admin"].partitions) == [0, 1, 2, 3, 4, 5]
+    change = ConfigResource(ConfigResource.Type.TOPIC, "cf-admin", incremental_configs=[
+        ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([change])[change].result(timeout=30)
+    configs = admin.describe_configs([res])[res].result(timeout=30)
+    assert configs["retention.ms"].value == "3600000"
+    admin.delete_topics(["cf-admin"], operation_timeout=30)["cf-admin"].result(timeout=60)
+    assert "cf-admin" not in admin.list_topics(timeout=30).topics
 
 
 def test_acks_all_refused_with_not_enough_replicas_below_min_isr_and_leader_leo_unchanged(shared_cluster):
@@ -170,3 +181,8 @@ def test_a_producer_to_an_unknown_topic_creates_it_as_kafka_does_by_default(shar
     md = AdminClient({"bootstrap.servers": c.kafka_bootstrap}).list_topics("cf-auto", timeout=30)
     assert len(md.topics["cf-auto"].partitions) == 1
     assert consume(c.kafka_bootstrap, "cf-auto", 1, 3) == acked
+
+
+def test_a_producer_to_an_invalid_topic_name_gets_topic_exception(shared_cluster):
+    _acked, errors = produce(shared_cluster.kafka_bootstrap, "bad name!", 1, {"message.timeout.ms": 10_000})
+    assert [e.code() for e in errors] == [KafkaError.TOPIC_EXCEPTION]

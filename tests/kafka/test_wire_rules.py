@@ -240,3 +240,20 @@ def test_a_connection_idle_for_connections_max_idle_ms_is_closed():
         finally:
             srv.close()
     asyncio.run(go())
+
+
+def test_produce_v3_plus_with_two_batches_in_a_partition_is_invalid_record_and_appends_nothing(shared_cluster, topic):
+    _l, _e, addr = leader_of(shared_cluster, topic)
+    latest = ListOffsetsRequest[7](replica_id=-1, isolation_level=0, topics=[
+        ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[
+            ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                partition_index=0, current_leader_epoch=-1, timestamp=-1)])])
+    with RawKafka(addr) as k:
+        k.send(latest)
+        before = k.recv(ListOffsetsResponse, 7).topics[0].partitions[0].offset
+        k.send(produce_req(9, topic, batch(2) + batch(2)))
+        p = k.recv(ProduceResponse, 9).responses[0].partition_responses[0]
+        k.send(latest)
+        after = k.recv(ListOffsetsResponse, 7).topics[0].partitions[0].offset
+    assert p.error_code == ErrorCode.INVALID_RECORD and "exactly one record batch" in p.error_message
+    assert after == before

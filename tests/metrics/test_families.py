@@ -13,8 +13,8 @@ def status(isr, replicas_leo, leo=100):
         {"topic": "t", "partition": 0, "role": "leader", "leader_epoch": 3, "leo": leo, "hw": 90,
          "log_start_offset": 0, "isr": isr,
          "replicas": [{"broker_id": b, "leo": x, "caught_up": b in isr} for b, x in replicas_leo]},
-        {"topic": "t", "partition": 1, "role": "follower", "leader_epoch": 2, "leo": 7, "hw": 7,
-         "log_start_offset": 0, "isr": [2, 1], "replicas": []}]}
+        {"topic": "t", "partition": 1, "role": "follower", "leader": 2, "leader_epoch": 2, "leo": 7, "hw": 7,
+         "log_start_offset": 0, "isr": [2, 1], "replicas": [], "fetch_state": {"leader": 2, "leader_hw": 10}}]}
 
 
 def samples(families):
@@ -33,6 +33,8 @@ def test_a_leader_below_min_isr_counts_as_under_replicated_and_under_min_isr():
     assert m[("minibroker_partition_replica_lag", (("partition", "0"), ("replica", "2"), ("topic", "t")))] == 60
     assert m[("minibroker_partition_replica_lag", (("partition", "0"), ("replica", "3"), ("topic", "t")))] == -1
     assert m[("kafka_log_log_logendoffset", (("partition", "1"), ("topic", "t")))] == 7
+    fetcher = (("clientId", "ReplicaFetcherThread-0-2"), ("partition", "1"), ("topic", "t"))
+    assert m[("kafka_server_fetcherlagmetrics_consumerlag", fetcher)] == 3     # leader HW 10 - LEO 7
 
 
 def test_min_isr_is_capped_at_the_replication_factor_as_kafka_does():

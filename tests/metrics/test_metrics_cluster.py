@@ -76,6 +76,17 @@ async def test_leader_metrics_count_an_isr_shrink_and_show_the_lagging_follower(
     assert p0["isr"] == [1, 2]
     assert m[("minibroker_partition_highwatermark", ORDERS0)] == p0["hw"]
 
+    # Kafka's follower-side view: broker 2 fetched up to the leader's HW.
+    fetcher = (("clientId", "ReplicaFetcherThread-0-1"), ("partition", "0"), ("topic", "orders"))
+
+    async def follower_caught_up():
+        m2 = await scrape(urls(cluster)["broker-2"])
+        return m2 if m2.get(("kafka_log_log_logendoffset", ORDERS0)) == 8 \
+            and m2.get(("kafka_server_fetcherlagmetrics_consumerlag", fetcher)) == 0 else None
+    m2 = await until(follower_caught_up, "broker 2 to fetch up to the leader's HW", timeout_s=30)
+    assert m2[("kafka_server_replicamanager_leadercount", ())] == 0
+    assert m2[("kafka_cluster_partition_insyncreplicascount", ORDERS0)] == 0     # followers report 0, as Kafka
+
     cluster.unblock(1, 3)
     cluster.unblock(3, 1)
 

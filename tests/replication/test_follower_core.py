@@ -105,7 +105,8 @@ def test_a_truncation_that_changes_nothing_backs_off_and_says_the_follower_is_st
     c.on_truncated(log, log, T)                     # a log that kept the stale entry
     assert c.phase(T) is FetchPhase.DELAYED and not c.is_ready(T + BACKOFF - 1) and c.is_ready(T + BACKOFF)
     assert kinds(events) == ["follower_stuck"]
-    assert "truncation changed nothing" in events[0].after and c.status(T)["stuck"] is True
+    assert events[0].after == "empty_truncation" and "truncation changed nothing" in events[0].reason
+    assert c.status(T)["stuck"] is True and "truncation changed nothing" in c.status(T)["stuck_reason"]
 
 
 def test_the_same_divergence_twice_for_the_same_log_backs_off_once_per_answer_and_reports_once():
@@ -160,7 +161,7 @@ def test_other_errors_back_off_and_the_same_error_twice_is_stuck():
     sent(c, log)
     c.on_fetch_answer(FetchAnswer(error=int(ErrorCode.UNKNOWN_LEADER_EPOCH)), log, T + BACKOFF)
     assert kinds(events) == ["fetch_error", "follower_stuck"]
-    assert "UNKNOWN_LEADER_EPOCH again" in c.stuck_reason
+    assert "answered UNKNOWN_LEADER_EPOCH again" in c.stuck_reason and events[-1].after == "repeated_error"
     assert c.delayed_until_ms == T + 2 * BACKOFF
 
 
@@ -192,3 +193,11 @@ def test_a_transport_error_delays_without_an_error_code():
     c = core()
     c.on_transport_error(T)
     assert c.phase(T) is FetchPhase.DELAYED and c.last_error == 0 and c.is_ready(T + BACKOFF)
+
+
+def test_the_status_keeps_the_leaders_hw_of_the_last_good_answer_for_the_fetcher_lag_metric():
+    c = core()
+    assert c.status(T)["leader_hw"] == -1
+    log = sent(c, LogView(3, 0, ((0, 0),)))
+    c.on_fetch_answer(FetchAnswer(high_watermark=7, log_start_offset=0, has_records=True), log, T)
+    assert c.status(T)["leader_hw"] == 7

@@ -917,3 +917,33 @@ def test_a_min_isr_config_change_applies_to_the_next_check_at_once() -> None:
     assert lead.on_min_isr_changed(3, 6).events == []
     with pytest.raises(ValueError):
         lead.on_min_isr_changed(0, 7)
+
+
+@BOTH
+def test_a_fetch_below_a_log_start_moved_by_retention_is_out_of_range_and_not_recorded(profile):
+    lead = make(profile, leo=10, hw=10)
+    assert lead.fetch_offset_error(0) == ErrorCode.NONE and lead.fetch_offset_error(11) == ErrorCode.OFFSET_OUT_OF_RANGE
+    lead.on_log_start_offset(4)
+    before = lead.followers[2]
+    assert lead.fetch_offset_error(3) == ErrorCode.OFFSET_OUT_OF_RANGE
+    assert lead.on_follower_fetch(2, 3, 5).error == ErrorCode.OFFSET_OUT_OF_RANGE
+    assert lead.followers[2] == before and lead.log_start_offset == 4
+    lead.on_log_start_offset(2)                      # never backwards
+    assert lead.log_start_offset == 4
+    with pytest.raises(ValueError):
+        lead.on_log_start_offset(11)
+
+
+@BOTH
+def test_the_leaders_own_broker_epoch_in_an_isr_proposal_is_the_current_registration(profile):
+    lead = make(profile)
+    assert lead.isr_with_broker_epochs([1, 2], 42)[0] == (1, 42)
+    assert lead.isr_with_broker_epochs([1, 2])[0] == (1, lead.broker_epoch)
+
+
+def test_lowering_min_isr_at_runtime_releases_a_frozen_hw() -> None:
+    lead = make(KAFKA, isr=[1], leo=10, hw=10, min_isr=2)
+    append(lead, 1, 0)
+    assert lead.hw == 10                                   # frozen: ISR 1 < min ISR 2 (X2)
+    d = lead.on_min_isr_changed(1, 5)
+    assert d.hw_moved and lead.hw == 11

@@ -63,7 +63,8 @@ def test_valid_scripts_follow_the_output_grammar_and_invariants(text: str) -> No
             isr = [int(x) for x in m[2].split(",")]
             hw, leo = int(m[3]), int(m[4])
             assert isr[0] == script.replicas[0]
-            assert isr == [r for r in script.replicas if r in isr]
+            # Kafka's ISR order (rejoiners appended), so not necessarily replica order; no duplicates.
+            assert len(set(isr)) == len(isr) and set(isr) <= set(script.replicas)
             assert last_hw <= hw <= leo
             last_hw = hw
             assert (m[5] == "OK") == (len(isr) >= script.min_isr)

@@ -62,6 +62,7 @@ log = logging.getLogger("minibroker.broker")
 
 CLEAN_SHUTDOWN_FILE = "minibroker-clean-shutdown.json"
 DEFAULT_CONTROLLED_SHUTDOWN_TIMEOUT_MS = 30_000
+METADATA_SLICE = 1_000          # topics answered between two yields to the loop
 
 
 # --------------------------------------------------------------------------
@@ -497,7 +498,19 @@ class BrokerServer:
         return await self.replica_manager.handle_list_offsets(ctx, body)
 
     async def _metadata(self, ctx: RequestContext, body: dict) -> dict:
-        return metadata_response(self.image, ctx.listener, body.get("topics"))
+        """A topic named twice is answered once (Kafka takes a set); a long list
+        is answered in slices, yielding to the loop in between (issue 10)."""
+        topics = body.get("topics")
+        if topics is None or len(topics) <= METADATA_SLICE:
+            return metadata_response(self.image, ctx.listener, topics)
+        seen: set[str] = set()
+        resp = metadata_response(self.image, ctx.listener, [])
+        for i in range(0, len(topics), METADATA_SLICE):
+            await asyncio.sleep(0)
+            chunk = [t for t in topics[i:i + METADATA_SLICE] if t not in seen]
+            seen.update(chunk)
+            resp["topics"] += metadata_response(self.image, ctx.listener, list(dict.fromkeys(chunk)))["topics"]
+        return resp
 
     async def _create_topics(self, ctx: RequestContext, body: dict) -> dict:
         assert self.channel is not None

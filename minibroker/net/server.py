@@ -385,7 +385,7 @@ class ServerConnection(asyncio.Protocol):
             self._answer(slot, _NO_RESPONSE)
             return
         resp["id"] = ctx.correlation_id
-        if response_entries(resp) > LARGE_RESPONSE_ENTRIES:
+        if response_entries(resp, LARGE_RESPONSE_ENTRIES) > LARGE_RESPONSE_ENTRIES:
             frame = await loop.run_in_executor(_DECODER, _encode_and_dismantle, resp)
             del resp
             self._answer(slot, _Encoded(frame))

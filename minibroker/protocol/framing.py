@@ -52,17 +52,22 @@ def _pack_chunked(packer: msgpack.Packer, v: Any, parts: list[bytes], depth: int
         parts.append(packer.pack(v))
 
 
-def response_entries(message: dict[str, Any]) -> int:
-    """Entries of a response's topic/partition lists (how costly encoding it is)."""
+def response_entries(message: dict[str, Any], limit: int) -> int:
+    """Entries of a response's topic/partition lists (how costly encoding it
+    is), counted only until they pass `limit`, so counting is cheap too."""
     n = 0
     for v in message.values():
         if isinstance(v, list):
             n += len(v)
+            if n > limit:
+                return n
             for item in v:
                 if isinstance(item, dict):
                     for x in item.values():
                         if isinstance(x, list):
                             n += len(x)
+                if n > limit:
+                    return n
     return n
 
 

@@ -98,7 +98,7 @@ def read_round(log: PartitionLog, plain_path: str, fetch_bytes: int) -> tuple[fl
                 chunk = log.read(offset, fetch_bytes)
                 t_log += clock() - t0
                 n_log += len(chunk)
-                for h in scan_headers(chunk):
+                for h in scan_headers(chunk):  # noqa: B007 -- h (the last header) is read after the loop
                     pass
                 offset = h.last_offset + 1
                 del chunk

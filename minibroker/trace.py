@@ -117,7 +117,7 @@ def parse(text: str) -> Script:
             raise TraceError(n, f"time goes backwards ({t} after {last_time})")
         last_time = t
         names = {"APPEND": ("count",), "PRODUCE": ("count",), "FETCH": ("replica", "offset")}
-        args = tuple(_int(a, n, what) for a, what in zip(tokens[2:], names.get(op, ())))
+        args = tuple(_int(a, n, what) for a, what in zip(tokens[2:], names.get(op, ()), strict=True))
         if op in ("APPEND", "PRODUCE") and args[0] < 1:
             raise TraceError(n, f"{op} count must be at least 1, got {args[0]}")
         if op == "FETCH":

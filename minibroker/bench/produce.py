@@ -44,7 +44,8 @@ class BenchResult:
         return self.consumed / self.consume_seconds if self.consume_seconds else 0.0
 
 
-async def produce_batched(bootstrap: str, topic: str, count: int, size: int, cfg: dict[str, Any]) -> tuple[int, int, float]:
+async def produce_batched(bootstrap: str, topic: str, count: int, size: int,
+                          cfg: dict[str, Any]) -> tuple[int, int, float]:
     acked = failed = 0
     first_error: list[KafkaError] = []
 
@@ -59,11 +60,11 @@ async def produce_batched(bootstrap: str, topic: str, count: int, size: int, cfg
 
     async with Producer(bootstrap, {"acks": "all", **cfg}) as p:
         p.on_batch_done = done
-        n = await p.partitions_for(topic)
+        await p.partitions_for(topic)
         value = b"v" * size
         send = p.send
         start = time.perf_counter()
-        for i in range(count):
+        for _ in range(count):
             await send(topic, value)
         await p.flush()
         elapsed = time.perf_counter() - start

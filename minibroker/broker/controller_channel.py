@@ -350,8 +350,8 @@ class ControllerChannel:
             except (asyncio.CancelledError, Exception):
                 pass
         await self.alter_partition.close()
-        for l in (self._control, self._metadata, self._forward, self.alter_partition.link):
-            l.close()
+        for link in (self._control, self._metadata, self._forward, self.alter_partition.link):
+            link.close()
 
     # -- forwarding (KIP-590) --------------------------------------------------
     async def forward(self, api: ApiKey, body: dict[str, Any], timeout_ms: int) -> dict[str, Any]:

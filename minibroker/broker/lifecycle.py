@@ -25,7 +25,7 @@ _REREGISTER = frozenset({ErrorCode.STALE_BROKER_EPOCH, ErrorCode.BROKER_NOT_AVAI
 STARTING_HEARTBEAT_MS = 10             # Kafka: heartbeat quickly while catching up
 
 
-class BrokerState(str, enum.Enum):
+class BrokerState(enum.StrEnum):
     """Kafka's BrokerState, as ApiVersions reports it."""
     STARTING = "STARTING"                                  # registering, catching up with metadata
     RECOVERY = "RECOVERY"                                  # caught up; log recovery, waiting to be unfenced

@@ -98,7 +98,8 @@ def _print_access(c: LocalCluster) -> None:
 @cluster.command()
 @_dir_opt
 @click.option("--purge", is_flag=True, help="Also delete the data directory.")
-@click.option("--timeout", type=float, default=30, show_default=True, help="Seconds for controlled shutdown before SIGKILL.")
+@click.option("--timeout", type=float, default=30, show_default=True,
+              help="Seconds for controlled shutdown before SIGKILL.")
 @handle_errors
 def down(data_dir: str | None, purge: bool, timeout: float) -> None:
     """Stop every process (brokers with a controlled shutdown); data stays unless --purge."""
@@ -108,7 +109,8 @@ def down(data_dir: str | None, purge: bool, timeout: float) -> None:
         shutil.rmtree(c.data_dir)
         click.echo(f"Cluster stopped; removed {c.data_dir}")
     else:
-        click.echo(f"Cluster stopped; data kept in {c.data_dir} (`{hint('cluster up', c.data_dir)}` starts it again)")
+        click.echo(f"Cluster stopped; data kept in {c.data_dir} "
+                   f"(`{hint('cluster up', c.data_dir)}` starts it again)")
 
 
 @cluster.command()
@@ -119,7 +121,8 @@ def status(data_dir: str | None) -> None:
     c = LocalCluster.load(_dir(data_dir))
     states = run_async(_broker_states(c))
     cut = {n for pair in c.blocked for n in pair}
-    click.echo(f"{'PROCESS':<12} {'PID':>7}  {'PROCESS STATE':<13} {'ADDRESS':<21} {'RACK':<7} {'BROKER STATE':<28} NETWORK")
+    click.echo(f"{'PROCESS':<12} {'PID':>7}  {'PROCESS STATE':<13} {'ADDRESS':<21} {'RACK':<7} "
+               f"{'BROKER STATE':<28} NETWORK")
     for i in c.info():
         pstate = "stopped" if not i.alive else ("paused" if i.paused else "running")
         addr = rack = bstate = ""
@@ -132,9 +135,10 @@ def status(data_dir: str | None) -> None:
             addr, rack = b.address, b.rack
             bstate = states.get(b.node_id, "") if i.alive else ""
             paths = [f"{s}->{d}" for s, d in c.blocked if b.node_id in (s, d)]
-            net = ("cut: " + " ".join(f"{_n(s)}->{_n(d)}" for s, d in c.blocked if b.node_id in (s, d))) if paths else ""
+            net = ("cut: " + " ".join(f"{_n(s)}->{_n(d)}" for s, d in c.blocked if b.node_id in (s, d))
+                   if paths else "")
         elif i.name == "proxy":
-            addr = "%s:%d" % c.layout.proxy_control if c.layout.proxy_control else ""
+            addr = f"{c.layout.proxy_control[0]}:{c.layout.proxy_control[1]:d}" if c.layout.proxy_control else ""
         click.echo(f"{i.name:<12} {i.pid or '-':>7}  {pstate:<13} {addr:<21} {rack:<7} {bstate:<28} {net}".rstrip())
     click.echo(f"bootstrap: {c.bootstrap}   data dir: {c.data_dir}")
 

@@ -23,7 +23,8 @@ def topic_line(td: TopicDescription) -> str:
     if td.topic_id:
         out += f"\tTopicId: {td.topic_id}"
     configs = ",".join(f"{k}={v}" for k, v in sorted(td.configs.items()))
-    return out + f"\tPartitionCount: {len(td.partitions)}\tReplicationFactor: {td.replication_factor}\tConfigs: {configs}"
+    return (out + f"\tPartitionCount: {len(td.partitions)}\tReplicationFactor: {td.replication_factor}"
+            f"\tConfigs: {configs}")
 
 
 def partition_line(pd: PartitionDescription, *, leader_epoch: bool = False) -> str:

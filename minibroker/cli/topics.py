@@ -82,9 +82,12 @@ def list_(bootstrap_server: str | None) -> None:
 @topics.command()
 @bootstrap_option
 @click.option("--topic", help="Only this topic.")
-@click.option("--under-replicated-partitions", is_flag=True, help="Only partitions whose ISR is smaller than the replica set.")
-@click.option("--under-min-isr-partitions", is_flag=True, help="Only partitions without a leader or with ISR < min.insync.replicas.")
-@click.option("--at-min-isr-partitions", is_flag=True, help="Only partitions whose ISR size equals min.insync.replicas.")
+@click.option("--under-replicated-partitions", is_flag=True,
+              help="Only partitions whose ISR is smaller than the replica set.")
+@click.option("--under-min-isr-partitions", is_flag=True,
+              help="Only partitions without a leader or with ISR < min.insync.replicas.")
+@click.option("--at-min-isr-partitions", is_flag=True,
+              help="Only partitions whose ISR size equals min.insync.replicas.")
 @click.option("--unavailable-partitions", is_flag=True, help="Only partitions without a live leader.")
 @click.option("--topics-with-overrides", is_flag=True,
               help="Only the topic lines of topics with a config other than the default.")

@@ -166,13 +166,15 @@ class ReadyCheck:
 
 NO_DELAY_BOUND = 2**31
 
+_DEFAULT_BACKOFF = Backoff()      # frozen, so one shared default instance is safe
+
 
 class RecordAccumulator:
     """Invariant: `buffered_bytes` is the sum of `size` over every batch
     appended to and not yet released (queued or in flight)."""
 
     def __init__(self, *, batch_size: int = 16384, linger_ms: int = 5, buffer_memory: int = 33_554_432,
-                 delivery_timeout_ms: int = 120_000, backoff: Backoff = Backoff(),
+                 delivery_timeout_ms: int = 120_000, backoff: Backoff = _DEFAULT_BACKOFF,
                  new_waiter: Callable[[], Any] = lambda: None,
                  new_builder: Callable[[], Builder] | None = None, decode: Decoder | None = None,
                  rand: Callable[[], float] = random.random) -> None:

@@ -55,7 +55,8 @@ class EventLog:
         out = [self._buf[i] for i in range(start, min(len(self._buf), start + max(1, max_events)))]
         return out[-1]["seq"] + 1, out
 
-    async def read(self, from_seq: int, max_wait_ms: int = 0, max_events: int = 1000) -> tuple[int, list[dict[str, Any]]]:
+    async def read(self, from_seq: int, max_wait_ms: int = 0,
+                   max_events: int = 1000) -> tuple[int, list[dict[str, Any]]]:
         """As read_now, but parks up to max_wait_ms when nothing newer than from_seq exists."""
         nxt, events = self.read_now(from_seq, max_events)
         if events or max_wait_ms <= 0:

@@ -289,7 +289,8 @@ class ControllerState:
                 self._update_partitions(parts, reason=reason, cause="unclean_shutdown", unclean_shutdown=broker_id)
             else:
                 how = "a clean" if clean else "an unclean"
-                reason = f"broker {broker_id} re-registered after {how} shutdown: previous incarnation removed from ISRs"
+                reason = (f"broker {broker_id} re-registered after {how} shutdown: "
+                          "previous incarnation removed from ISRs")
                 self._update_partitions(self._parts_with_in_isr(broker_id), reason=reason, cause="reregistration",
                                         remove=broker_id)
         epoch = self.next_offset
@@ -502,7 +503,8 @@ class ControllerState:
             size = None
             for i, replicas in enumerate(assignments):
                 if not replicas:
-                    return ErrorCode.INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment includes an empty replica list.", None
+                    return (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                            "The manual partition assignment includes an empty replica list.", None)
                 for b in replicas:
                     if not self.cluster.is_registered(b):
                         return (ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"The manual partition assignment includes "
@@ -627,7 +629,8 @@ class ControllerState:
 
     def _schedule_timers(self, now_ms: int) -> None:
         s = self.settings
-        self.next_rebalance_ms = now_ms + s.leader_imbalance_check_interval_ms if s.auto_leader_rebalance_enable else None
+        self.next_rebalance_ms = (now_ms + s.leader_imbalance_check_interval_ms if s.auto_leader_rebalance_enable
+                                  else None)
         self.next_unclean_check_ms = now_ms + s.unclean_leader_election_interval_ms
 
     def due_periodic_tasks(self, now_ms: int) -> list[Callable[[int], Outcome]]:
@@ -678,7 +681,8 @@ class ControllerState:
         return self._finish({"error": 0, "topics": out_topics})
 
     @staticmethod
-    def _partition_result(p: int, code: ErrorCode, part: PartitionRecord | None = None, message: str = "") -> dict[str, Any]:
+    def _partition_result(p: int, code: ErrorCode, part: PartitionRecord | None = None,
+                          message: str = "") -> dict[str, Any]:
         if part is None:
             return {"partition": p, "error": int(code), "message": message, "leader_id": -1, "leader_epoch": -1,
                     "isr": [], "partition_epoch": -1, "leader_recovery_state": RECOVERED}
@@ -697,17 +701,20 @@ class ControllerState:
         if le > part.leader_epoch:
             return ErrorCode.NOT_CONTROLLER, f"leader epoch {le} is newer than the controller's {part.leader_epoch}"
         if pe > part.partition_epoch:
-            return ErrorCode.NOT_CONTROLLER, f"partition epoch {pe} is newer than the controller's {part.partition_epoch}"
+            return (ErrorCode.NOT_CONTROLLER,
+                    f"partition epoch {pe} is newer than the controller's {part.partition_epoch}")
         if le < part.leader_epoch:
             return ErrorCode.FENCED_LEADER_EPOCH, f"leader epoch {le} is older than the current {part.leader_epoch}"
         if broker_id != part.leader:
-            return ErrorCode.INVALID_REQUEST, f"broker {broker_id} is not the leader of {part.name} (leader {part.leader})"
+            return (ErrorCode.INVALID_REQUEST,
+                    f"broker {broker_id} is not the leader of {part.name} (leader {part.leader})")
         if pe < part.partition_epoch:
             return (ErrorCode.INVALID_UPDATE_VERSION,
                     f"partition epoch {pe} is older than the current {part.partition_epoch}")
         new_isr = [e["broker_id"] for e in pd["new_isr_with_epochs"]]
         if len(set(new_isr)) != len(new_isr) or any(r not in part.replicas for r in new_isr):
-            return ErrorCode.INVALID_REQUEST, f"ISR {_fmt(new_isr)} is not a duplicate-free subset of replicas {_fmt(part.replicas)}"
+            return (ErrorCode.INVALID_REQUEST,
+                    f"ISR {_fmt(new_isr)} is not a duplicate-free subset of replicas {_fmt(part.replicas)}")
         if part.leader not in new_isr:
             return ErrorCode.INVALID_REQUEST, f"ISR {_fmt(new_isr)} does not include the leader {part.leader}"
         lrs = pd.get("leader_recovery_state", RECOVERED)

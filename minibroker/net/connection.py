@@ -71,7 +71,8 @@ class Connection:
                 raise tls_to_plaintext(host, port) from None
             raise KafkaError(ErrorCode.NETWORK_EXCEPTION, f"cannot connect to {host}:{port}: {exc!r}") from None
         except (TimeoutError, OSError) as exc:
-            raise KafkaError(ErrorCode.NETWORK_EXCEPTION, f"cannot connect to {host}:{port}: {exc or 'timeout'}") from None
+            raise KafkaError(ErrorCode.NETWORK_EXCEPTION,
+                             f"cannot connect to {host}:{port}: {exc or 'timeout'}") from None
         conn._transport = transport  # type: ignore[assignment]
         if secret is not None:
             try:
@@ -89,7 +90,8 @@ class Connection:
 
     def _frame(self, api: ApiKey | int, body: dict[str, Any]) -> tuple[int, bytes]:
         if self.closed:
-            raise KafkaError(ErrorCode.NETWORK_EXCEPTION, f"connection to {self.address} is closed: {self.close_reason}")
+            raise KafkaError(ErrorCode.NETWORK_EXCEPTION,
+                             f"connection to {self.address} is closed: {self.close_reason}")
         cid = next(self._ids)
         msg = {"api": int(api), "v": 0, "id": cid, "client": self.client_id}
         msg.update(body)

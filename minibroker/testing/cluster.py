@@ -122,6 +122,11 @@ class FreePorts:
         self._held.clear()
 
 
+def _default_port(_host: str, default: int) -> int:
+    """The well-known layout's port_for: every listener on its default port."""
+    return default
+
+
 @dataclass
 class ProcessInfo:
     name: str
@@ -172,7 +177,7 @@ class LocalCluster:
             free = None
             hosts = [f"127.0.0.{i}" for i in range(1, 10)]
             controller_host = "127.0.0.1"
-            port_for = lambda _h, d: d
+            port_for = _default_port
         try:
             layout = plan(data_dir, brokers=brokers, hosts=hosts, controller_host=controller_host,
                           port_for=port_for, proxied=proxied, tls=tls, racks=racks,
@@ -356,9 +361,9 @@ class LocalCluster:
             except OSError:
                 if not self._alive(name):
                     raise ClusterError(f"{name} exited; last lines of {self.log_path(name)}:\n"
-                                       + self.log_tail(name))
+                                       + self.log_tail(name)) from None
                 if time.monotonic() > deadline:
-                    raise ClusterError(f"{name} did not listen on {addr[0]}:{addr[1]} within {timeout_s}s")
+                    raise ClusterError(f"{name} did not listen on {addr[0]}:{addr[1]} within {timeout_s}s") from None
                 time.sleep(0.02)
 
     async def wait_running(self, timeout_s: float = 60.0, brokers: list[int] | None = None) -> None:

@@ -117,7 +117,7 @@ class FaultRig:
         """The view of partition `p` with the highest partition epoch among reachable, un-cut brokers."""
         brokers = [b for b in self.reachable() if b not in self.cut and b not in (exclude or set())]
         best = None
-        for b, parts in (await self.views(brokers)).items():
+        for parts in (await self.views(brokers)).values():
             e = parts.get(p)
             if e is not None and (best is None or e["partition_epoch"] > best["partition_epoch"]):
                 best = e

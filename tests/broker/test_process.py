@@ -315,7 +315,7 @@ async def test_sigterm_on_a_leader_moves_leadership_before_the_broker_exits(clus
     other = next(b for b in c.brokers if b != victim)
     meta = await c.request(other, ApiKey.METADATA, {"topics": ["moves"]})
     after = partition_leaders(meta, "moves")
-    assert victim not in after.values() and all(l in c.brokers for l in after.values())
+    assert victim not in after.values() and all(leader in c.brokers for leader in after.values())
     assert all(victim not in p["isr"] for p in meta["topics"][0]["partitions"])
     assert victim not in {b["node_id"] for b in meta["brokers"]}
 
@@ -391,7 +391,8 @@ def test_metadata_marks_offline_partitions_and_fenced_or_unlisted_replicas():
     from minibroker.broker.metadata_image import MetadataImage
     from minibroker.metadata import BrokerRecord, Endpoint, PartitionRecord, TopicRecord
     img = MetadataImage()
-    img.apply([(0, BrokerRecord(1, 1, "a", (Endpoint("EXTERNAL", "x1", 1), Endpoint("INTERNAL", "i1", 2)), fenced=False)),
+    img.apply([(0, BrokerRecord(1, 1, "a", (Endpoint("EXTERNAL", "x1", 1), Endpoint("INTERNAL", "i1", 2)),
+                                fenced=False)),
                (1, BrokerRecord(2, 2, None, (Endpoint("INTERNAL", "i2", 2),), fenced=False)),
                (2, BrokerRecord(3, 3, None, (Endpoint("EXTERNAL", "x3", 1),), fenced=True)),
                (3, TopicRecord("t", "id", 2, {"min.insync.replicas": "2"})),

@@ -281,7 +281,8 @@ def prepare_log(data_dir: str, batches: list[tuple], tag: str, *, hw: int | None
     lg = lm.get_or_create(TOPIC, 0)
     for epoch, n, *t in batches:
         for _ in range(n):
-            lg.append_as_leader(build_batch([f"{t[0] if t else tag}@{lg.log_end_offset}".encode()], timestamp_ms=1000), epoch)
+            lg.append_as_leader(build_batch([f"{t[0] if t else tag}@{lg.log_end_offset}".encode()],
+                                            timestamp_ms=1000), epoch)
     lm.shutdown({(TOPIC, 0): hw} if hw is not None else {})
 
 
@@ -443,14 +444,14 @@ async def test_t4_new_leader_answers_offset_not_available_until_its_hw_reaches_t
 
 
 async def test_zombie_leader_never_acks_acks_all_and_loses_its_acks_1_writes(cluster):
-    n1, n2, n3 = cluster.node(1), cluster.node(2), cluster.node(3)
+    n1, _, n3 = cluster.node(1), cluster.node(2), cluster.node(3)
     await cluster.start(1, 2, 3, topic_configs={"min.insync.replicas": "2"})
     cluster.assign((1, 2, 3), 1)
     prod = await cluster.client(1)
     assert p0(await prod.request(ApiKey.PRODUCE, produce_body([b"committed"])))["error"] == 0
     # Broker 1 is cut off from the controller; 2 takes over at epoch 1 (S11/S12/X13).
     cluster.controller.deaf.add(1)
-    rec = cluster.assign((1, 2, 3), 2, isr=(2, 3), leader_epoch=1)
+    cluster.assign((1, 2, 3), 2, isr=(2, 3), leader_epoch=1)
     await until(lambda: n3.rm.fetchers.state((TOPIC, 0)) is not None
                 and n3.rm.fetchers.state((TOPIC, 0)).leader_epoch == 1)
     e = p0(await prod.request(ApiKey.PRODUCE, produce_body([b"zombie-all"], timeout_ms=600)))

@@ -102,7 +102,7 @@ def test_produce_synthetic_load_reports_rate(env):
     ok(r)
     assert re.search(rb"20000 records sent, 0 failed, [\d,]+ records/s", r.stderr), r.stderr
     out = ok(run(env, "offsets", "--topic", "load"))
-    assert sum(int(l.split(":")[2]) for l in out.splitlines()) == 20000
+    assert sum(int(line.split(":")[2]) for line in out.splitlines()) == 20000
 
 
 def test_consume_with_client_rack_reads_from_a_follower(env):
@@ -139,7 +139,7 @@ def test_watch_once_prints_partitions_and_events(env):
     out = ok(run(env, "watch", "--once"))
     lines = out.splitlines()
     assert lines[0].split()[:6] == ["PARTITION", "LEADER", "EPOCH", "ISR", "ELR", "HW"]
-    row = next(l for l in lines if l.startswith("watched-0 "))
+    row = next(line for line in lines if line.startswith("watched-0 "))
     assert row.split()[5] == "2"                                     # HW: both acks=all records
     assert "EVENTS" in lines
     assert re.search(r"\[controller\] .*(created|election|registered)", out) or "[broker" in out

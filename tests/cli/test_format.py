@@ -48,7 +48,7 @@ def test_describe_without_filters_prints_topic_then_partitions():
 
 def test_filters_print_only_matching_partitions_without_topic_line():
     def parts(**kw):
-        return [l.split("\t")[2] for l in describe_lines([TD], **kw)]
+        return [line.split("\t")[2] for line in describe_lines([TD], **kw)]
     assert parts(under_replicated=True) == ["Partition: 1", "Partition: 2", "Partition: 3"]
     assert parts(under_min_isr=True) == ["Partition: 2"]
     assert parts(at_min_isr=True) == ["Partition: 1", "Partition: 3"]
@@ -99,7 +99,8 @@ def test_consumer_prints_null_for_missing_key():
 
 def test_watch_table_marks_out_of_isr_replicas_and_offline_partitions():
     views = [PartitionView("orders", 0, 1, 3, (1, 2), (), 110, 0,
-                           (ReplicaView(1, 120, 0, True), ReplicaView(2, 110, 10, True), ReplicaView(3, 40, 80, False))),
+                           (ReplicaView(1, 120, 0, True), ReplicaView(2, 110, 10, True),
+                            ReplicaView(3, 40, 80, False))),
              PartitionView("orders", 1, None, 4, (2,), (), None, None, (ReplicaView(2, None, None, True),), "offline")]
     lines = table_text(views)
     assert lines[0].split() [:6] == ["PARTITION", "LEADER", "EPOCH", "ISR", "ELR", "HW"]

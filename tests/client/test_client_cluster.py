@@ -134,7 +134,7 @@ async def test_consumer_in_the_leaders_rack_stays_on_the_leader(shared_cluster):
 async def test_admin_lists_describes_and_reports_offsets(shared_cluster):
     topic = await new_topic(shared_cluster, partitions=2)
     async with Producer(shared_cluster.bootstrap) as p:
-        for i in range(5):
+        for _ in range(5):
             await p.send(topic, b"x", partition=1)
         await p.flush()
     async with Admin(shared_cluster.bootstrap) as admin:

@@ -23,7 +23,7 @@ def test_every_broker_dials_peers_and_controller_through_its_own_routes():
         cfg = lay.broker_config(b.node_id)
         assert cfg["inter.broker.listener.name"] == f"INTERNAL_B{b.node_id}"
         ctl = lay.route(b.node_id, CONTROLLER_ID)
-        assert cfg["controller.quorum.bootstrap.servers"] == "%s:%d" % ctl.listen
+        assert cfg["controller.quorum.bootstrap.servers"] == f"{ctl.listen[0]}:{ctl.listen[1]:d}"
         adv = parse_listeners(cfg["advertised.listeners"])
         for other in lay.brokers:
             if other.node_id != b.node_id:

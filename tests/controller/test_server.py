@@ -162,7 +162,8 @@ async def test_register_heartbeat_create_topic_and_follow_metadata_over_tcp(tmp_
                                                     "broker_epoch": (b1 if leader == 1 else b2).epoch,
                                                     "topics": [{"topic": "orders", "partitions": [{
                                                         "partition": 0, "leader_epoch": 0, "partition_epoch": 0,
-                                                        "new_isr_with_epochs": [{"broker_id": leader, "broker_epoch": -1}]}]}]})
+                                                        "new_isr_with_epochs": [{"broker_id": leader,
+                                                                                 "broker_epoch": -1}]}]}]})
         part = ap["topics"][0]["partitions"][0]
         assert part["error"] == 0 and part["isr"] == [leader] and part["partition_epoch"] == 1
         await until(lambda: b2.partitions[("orders", 0)]["partition_epoch"] == 1, "shrink reaches broker 2")
@@ -171,7 +172,9 @@ async def test_register_heartbeat_create_topic_and_follow_metadata_over_tcp(tmp_
         d = await b1.call(ApiKey.DESCRIBE_CLUSTER, {})
         assert d["cluster_id"] and [(b["node_id"], b["fenced"]) for b in d["brokers"]] == [(1, False), (2, False)]
     finally:
-        await b1.close(); await b2.close(); await server.stop()
+        await b1.close()
+        await b2.close()
+        await server.stop()
 
 
 async def test_metadata_fetch_long_polls_until_a_new_record_is_durable(tmp_path):
@@ -190,7 +193,10 @@ async def test_metadata_fetch_long_polls_until_a_new_record_is_durable(tmp_path)
         assert [(r["offset"], r["broker_id"]) for r in resp["records"]] == [(end, 7)]
         assert resp["next_offset"] == end + 1
     finally:
-        watcher.close(); await b1.close(); await other.close(); await server.stop()
+        watcher.close()
+        await b1.close()
+        await other.close()
+        await server.stop()
 
 
 async def test_silent_broker_is_fenced_and_leadership_moves(tmp_path):
@@ -212,7 +218,10 @@ async def test_silent_broker_is_fenced_and_leadership_moves(tmp_path):
         b2.run()
         await until(lambda: b1.brokers[2]["fenced"] is False, "broker 2 unfenced")
     finally:
-        watcher.close(); await b1.close(); await b2.close(); await server.stop()
+        watcher.close()
+        await b1.close()
+        await b2.close()
+        await server.stop()
 
 
 async def test_restart_reloads_metadata_and_keeps_broker_epochs(tmp_path):
@@ -223,7 +232,8 @@ async def test_restart_reloads_metadata_and_keeps_broker_epochs(tmp_path):
     await until(lambda: len(b1.partitions) == 3, "topic reaches broker 1")
     before = {k: dict(v) for k, v in b1.partitions.items()}
     end, epochs = b1.next_offset, (b1.epoch, b2.epoch)
-    await b1.close(); await b2.close()
+    await b1.close()
+    await b2.close()
     await server.stop()
 
     server, port = await start(tmp_path)
@@ -259,7 +269,8 @@ async def test_privileged_apis_need_the_cluster_secret(tmp_path):
         v = await plain.request(ApiKey.API_VERSIONS, {})
         assert (v["role"], v["state"], v["node_id"]) == ("controller", "RUNNING", 0)
     finally:
-        plain.close(); await server.stop()
+        plain.close()
+        await server.stop()
 
 
 async def test_bad_requests_get_errors_and_the_controller_keeps_serving(tmp_path):
@@ -275,7 +286,8 @@ async def test_bad_requests_get_errors_and_the_controller_keeps_serving(tmp_path
         assert r["topics"][0]["error"] == ErrorCode.INVALID_REPLICATION_FACTOR
         assert (await b1.heartbeat())["error"] == 0
     finally:
-        await b1.close(); await server.stop()
+        await b1.close()
+        await server.stop()
 
 
 def test_run_serves_until_sigterm_and_exits_cleanly(tmp_path):
@@ -325,7 +337,8 @@ async def test_metadata_log_write_failure_stops_the_controller_and_fails_the_req
         await asyncio.wait_for(server.stopped.wait(), DEADLINE_S)
         assert server.fatal is not None
     finally:
-        await b1.close(); await server.stop()
+        await b1.close()
+        await server.stop()
 
 
 async def test_records_applied_before_a_core_failure_are_still_persisted(tmp_path):
@@ -346,4 +359,5 @@ async def test_records_applied_before_a_core_failure_are_still_persisted(tmp_pat
         assert server.mlog.durable_end == server.mlog.end == core.next_offset
         assert server.mlog.read(core.next_offset - 1, 1)[0]["topic"] == "half"
     finally:
-        await b1.close(); await server.stop()
+        await b1.close()
+        await server.stop()

@@ -76,7 +76,8 @@ def test_broker_silent_past_session_timeout_is_fenced_with_a_reason():
     outs = h.tick()
     assert h.state.cluster.brokers[2].fenced and not h.state.cluster.brokers[1].fenced
     (ev,) = [e for o in outs for e in o.events if e.kind == "fenced"]
-    assert ev.reason == f"broker 2 fenced: no heartbeat for {SESSION_MS + 12} ms (broker.session.timeout.ms={SESSION_MS})"
+    assert ev.reason == (f"broker 2 fenced: no heartbeat for {SESSION_MS + 12} ms "
+                         f"(broker.session.timeout.ms={SESSION_MS})")
 
 
 def test_a_liveness_gap_of_the_controller_itself_restarts_sessions_instead_of_fencing():
@@ -444,7 +445,8 @@ def test_alter_partition_isr_shrink_bumps_partition_epoch_only_and_returns_state
     assert r == {"partition": 0, "error": 0, "message": "", "leader_id": 1, "leader_epoch": 0, "isr": [1, 2],
                  "partition_epoch": 1, "leader_recovery_state": RECOVERED}
     (ev,) = [e for e in h.events("isr_shrink")]
-    assert ev.before == [1, 2, 3] and ev.after == [1, 2] and ev.reason == "AlterPartition from leader 1: shrink ISR [1,2,3] -> [1,2]"
+    assert ev.before == [1, 2, 3] and ev.after == [1, 2]
+    assert ev.reason == "AlterPartition from leader 1: shrink ISR [1,2,3] -> [1,2]"
     r = h.alter(1, [1, 2, 3])
     assert r["partition_epoch"] == 2 and h.events("isr_expand")
 

@@ -12,7 +12,8 @@ BROKERS = (1, 2, 3, 4)
 
 op = st.one_of(
     st.tuples(st.just("register"), st.sampled_from(BROKERS), st.booleans()),
-    st.tuples(st.just("heartbeat"), st.sampled_from(BROKERS), st.sampled_from(["plain", "fence", "shutdown", "behind"])),
+    st.tuples(st.just("heartbeat"), st.sampled_from(BROKERS),
+              st.sampled_from(["plain", "fence", "shutdown", "behind"])),
     st.tuples(st.just("silence"), st.sampled_from(BROKERS), st.integers(0, 2 * SESSION_MS)),
     st.tuples(st.just("alter"), st.integers(0, 2), st.lists(st.sampled_from(BROKERS), max_size=4, unique=True)),
     st.tuples(st.just("elect"), st.sampled_from([0, 1]), st.integers(0, 2)),

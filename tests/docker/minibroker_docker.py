@@ -131,7 +131,7 @@ class ComposeProject:
         out = run(["docker", "inspect", "--format", "{{json .State}}", *ids.values()], timeout=30).stdout
         states = [json.loads(line) for line in out.splitlines() if line.strip()]
         return {svc: (st.get("Health") or {}).get("Status", "no-healthcheck") if st["Running"] else st["Status"]
-                for svc, st in zip(ids, states)}
+                for svc, st in zip(ids, states, strict=False)}
 
     def up_wait(self, services: Sequence[str], timeout: float) -> float:
         """`up -d --wait` (v2); v1 has no --wait, so poll the containers' health instead.

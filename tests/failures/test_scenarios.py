@@ -258,7 +258,8 @@ async def test_s8_follower_below_the_new_leaders_epoch_start_does_not_join_the_i
             last = [await p.send("s8", f"m{i}".encode(), partition=0) for i in range(95, 100)]
             await wait_status(rig, 2, lambda s: s["leo"] == 100, "holds 100 records")
             c.hold(2, 1, "responses")
-            acks += [Ack(f"m{i}", 0, o, i) for i, (o, e) in zip(range(95, 100), await outcomes(last)) if e is None]
+            acks += [Ack(f"m{i}", 0, o, i)
+                     for i, (o, e) in zip(range(95, 100), await outcomes(last), strict=True) if e is None]
         assert [a.offset for a in acks] == list(range(100)), acks[-5:]
         rig.kill(1)
         b = await status(rig, 2)

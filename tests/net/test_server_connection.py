@@ -32,7 +32,8 @@ async def test_request_roundtrip_echoes_correlation_id():
     c = await Connection.open("127.0.0.1", port, client_id="t")
     resp = await c.request(ApiKey.METADATA, {"topics": ["a"]})
     assert resp["topics"] == ["a"] and resp["who"] == "t"
-    c.close(); srv.close()
+    c.close()
+    srv.close()
 
 
 async def test_responses_come_back_in_request_order_even_when_handlers_finish_out_of_order():
@@ -44,7 +45,8 @@ async def test_responses_come_back_in_request_order_even_when_handlers_finish_ou
         order.append(r["next_seq"])
     await asyncio.gather(call(50), call(0))
     assert order == [50, 0]
-    c.close(); srv.close()
+    c.close()
+    srv.close()
 
 
 async def test_wrong_field_type_gets_invalid_request_and_connection_survives():
@@ -53,7 +55,8 @@ async def test_wrong_field_type_gets_invalid_request_and_connection_survives():
     resp = await c.request(ApiKey.METADATA, {"topics": "notalist"})
     assert resp["error"] == ErrorCode.INVALID_REQUEST and "topics" in resp["message"]
     assert (await c.request(ApiKey.METADATA, {"topics": None}))["topics"] is None
-    c.close(); srv.close()
+    c.close()
+    srv.close()
 
 
 async def test_unknown_api_key_is_unsupported_version():
@@ -61,7 +64,8 @@ async def test_unknown_api_key_is_unsupported_version():
     c = await Connection.open("127.0.0.1", port)
     resp = await c.request(4242, {})
     assert resp["error"] == ErrorCode.UNSUPPORTED_VERSION
-    c.close(); srv.close()
+    c.close()
+    srv.close()
 
 
 async def test_privileged_api_refused_without_secret_and_allowed_with_it():
@@ -75,7 +79,9 @@ async def test_privileged_api_refused_without_secret_and_allowed_with_it():
     auth = await Connection.open("127.0.0.1", port, secret="s3cret")
     resp = await auth.request(ApiKey.ALTER_PARTITION, {"broker_id": 1, "broker_epoch": 1, "topics": []})
     assert resp.get("error", 0) == 0
-    plain.close(); auth.close(); srv.close()
+    plain.close()
+    auth.close()
+    srv.close()
 
 
 @pytest.mark.parametrize("garbage", [
@@ -92,7 +98,9 @@ async def test_garbage_closes_only_that_connection(garbage):
     await w.drain()
     assert await asyncio.wait_for(r.read(), 5) == b""     # server closed it
     assert (await good.request(ApiKey.METADATA, {"topics": []}))["topics"] == []
-    good.close(); w.close(); srv.close()
+    good.close()
+    w.close()
+    srv.close()
 
 
 async def test_pending_requests_fail_retriably_when_connection_closes():
@@ -113,4 +121,5 @@ async def test_request_timeout_is_request_timed_out():
     with pytest.raises(KafkaError) as e:
         await c.request(ApiKey.EVENTS, {"from_seq": 5000}, timeout_ms=50)
     assert e.value.code == ErrorCode.REQUEST_TIMED_OUT
-    c.close(); srv.close()
+    c.close()
+    srv.close()

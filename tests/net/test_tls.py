@@ -58,7 +58,8 @@ async def test_scram_over_tls_with_the_clusters_ca(certs):
     conn = await Connection.open("127.0.0.1", port, secret=SECRET, ssl_context=ctx)
     assert (await conn.request(ApiKey.ALTER_PARTITION, {"broker_id": 1, "broker_epoch": 1, "topics": []}))["error"] == 0
     assert conn._transport.get_extra_info("ssl_object") is not None
-    conn.close(); srv.close()
+    conn.close()
+    srv.close()
 
 
 async def test_a_plaintext_client_against_an_ssl_listener_fails_clearly_and_is_not_retried(certs):
@@ -68,7 +69,8 @@ async def test_a_plaintext_client_against_an_ssl_listener_fails_clearly_and_is_n
         await net.request_address(("127.0.0.1", port), ApiKey.METADATA, {"topics": []})
     assert e.value.code == ErrorCode.INVALID_CONFIG and not e.value.retriable
     assert "is an SSL listener" in e.value.message and "security.protocol=SSL" in e.value.message
-    await net.close(); srv.close()
+    await net.close()
+    srv.close()
 
 
 async def test_a_tls_client_against_a_plaintext_listener_fails_clearly(certs):
@@ -97,7 +99,8 @@ async def test_a_host_name_the_certificate_does_not_name_is_refused_unless_check
     assert e.value.code == ErrorCode.INVALID_CONFIG and "127.0.0.9" in e.value.message
     off = client_context(Config({**trust, "ssl.endpoint.identification.algorithm": ""}))
     conn = await Connection.open("127.0.0.9", port, ssl_context=off)
-    conn.close(); srv.close()
+    conn.close()
+    srv.close()
 
 
 def test_listener_protocols_follow_the_name_or_the_security_protocol_map():

@@ -100,7 +100,7 @@ def test_sigkill_at_random_moments_of_a_busy_append_loop(tmp_path):
     batches or nothing."""
     data = str(tmp_path / "data")
     acked_end = 0
-    for round_no, wait_acks in enumerate((3, 9, 1)):
+    for wait_acks in (3, 9, 1):
         child = Child(f"""
             from minibroker.records import build_batch
             from minibroker.storage import LogConfig, LogManager
@@ -118,7 +118,7 @@ def test_sigkill_at_random_moments_of_a_busy_append_loop(tmp_path):
         """)
         try:
             for _ in range(wait_acks):
-                line = child.wait_for("ACK")
+                child.wait_for("ACK")
         finally:
             child.kill()
         acks = [int(line.split()[1]) for line in child.lines if line.startswith("ACK")]

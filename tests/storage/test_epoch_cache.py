@@ -277,7 +277,7 @@ def test_entries_stay_strictly_increasing_in_epoch_and_offset(ops, t_end, t_star
     for e, o in ops:
         c.assign(e, o)
         es = c.entries
-        assert all(a[0] < b[0] and a[1] < b[1] for a, b in zip(es, es[1:]))
+        assert all(a[0] < b[0] and a[1] < b[1] for a, b in zip(es, es[1:], strict=False))
         assert c.latest_entry == (e, o) or (c.latest_epoch == e and c.latest_entry[1] <= o)
     c.truncate_from_end(t_end)
     if t_end >= 0:
@@ -285,7 +285,7 @@ def test_entries_stay_strictly_increasing_in_epoch_and_offset(ops, t_end, t_star
     had_entries = len(c) > 0
     c.truncate_from_start(t_start)
     es = c.entries
-    assert all(a[0] < b[0] and a[1] < b[1] for a, b in zip(es, es[1:]))
+    assert all(a[0] < b[0] and a[1] < b[1] for a, b in zip(es, es[1:], strict=False))
     assert bool(es) == had_entries
     if t_start >= 0 and es:
         assert es[0][1] >= t_start

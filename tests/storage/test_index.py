@@ -10,7 +10,7 @@ from .helpers import ManualClock, stamped
 def test_entries_are_added_only_after_index_interval_bytes(tmp_path):
     log = PartitionLog.open(str(tmp_path / "t-0"), LogConfig(index_interval_bytes=300), clock=ManualClock())
     sizes = []
-    for i in range(12):
+    for _ in range(12):
         b = stamped(2, log.log_end_offset, 0)
         sizes.append(len(b))
         log.append_as_follower(b)
@@ -23,7 +23,7 @@ def test_entries_are_added_only_after_index_interval_bytes(tmp_path):
             since = 0
         since += size
         pos += size
-    assert [(r, p) for r, p in zip(idx.rel_offsets, idx.positions)] == expected
+    assert [(r, p) for r, p in zip(idx.rel_offsets, idx.positions, strict=True)] == expected
 
 
 def test_lookup_gives_last_indexed_batch_at_or_below_target(tmp_path):

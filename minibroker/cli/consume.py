@@ -56,8 +56,10 @@ def format_record(rec: ConsumerRecord, props: dict[str, str]) -> bytes:
 @click.option("--property", "props", multiple=True, metavar="KEY=VALUE",
               help="Formatter property: print.key, print.offset, print.partition, print.timestamp, "
                    "print.headers, print.value, key.separator.")
-@click.option("--consumer-property", "cprops", multiple=True, metavar="KEY=VALUE", help="Consumer config by Kafka name.")
-@click.option("--verbose", "-v", is_flag=True, help="Report which replica serves each partition, and resets, on stderr.")
+@click.option("--consumer-property", "cprops", multiple=True, metavar="KEY=VALUE",
+              help="Consumer config by Kafka name.")
+@click.option("--verbose", "-v", is_flag=True,
+              help="Report which replica serves each partition, and resets, on stderr.")
 @handle_errors
 def consume(bootstrap_server: str | None, topic: str, group: str | None, partition: int | None, from_beginning: bool,
             offset: str | None, follow: bool, client_rack: str, timeout_ms: int | None, max_messages: int | None,
@@ -85,7 +87,8 @@ def consume(bootstrap_server: str | None, topic: str, group: str | None, partiti
                 fail(f"--offset: expected a number, earliest or latest, got {offset!r}")
             if partition is None:
                 fail("The partition is required when offset is specified.")
-    cfg: dict[str, Any] = {"client.rack": client_rack, "auto.offset.reset": "earliest" if start == "earliest" else "latest"}
+    cfg: dict[str, Any] = {"client.rack": client_rack,
+                           "auto.offset.reset": "earliest" if start == "earliest" else "latest"}
     if group is not None:
         cfg["client.id"] = "console-consumer"      # kafka-console-consumer's client id
     cfg.update(parse_kv(cprops, "--consumer-property"))

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from minibroker.broker.partition import NONE
-from minibroker.config import DEFAULTS, TOPIC_CONFIGS, Config
+from minibroker.config import Config
 from minibroker.coordinator.records import OFFSETS_TOPIC
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.kafka import codec

@@ -35,7 +35,7 @@ class LeaderEpochCache:
 
     @property
     def entries(self) -> list[tuple[int, int]]:
-        return list(zip(self._epochs, self._starts))
+        return list(zip(self._epochs, self._starts, strict=True))
 
     @property
     def latest_epoch(self) -> int | None:
@@ -137,7 +137,7 @@ class LeaderEpochCache:
         if start_offset < 0 or not self._starts or self._starts[0] >= start_offset:
             return []
         n = bisect.bisect_right(self._starts, start_offset)
-        removed = list(zip(self._epochs[:n], self._starts[:n]))
+        removed = list(zip(self._epochs[:n], self._starts[:n], strict=True))
         kept_epoch = self._epochs[n - 1]
         del self._epochs[:n]
         del self._starts[:n]

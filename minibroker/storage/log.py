@@ -289,7 +289,8 @@ class PartitionLog:
             if h.base_offset != expected:
                 raise UnexpectedAppendOffset(leo, headers[0].base_offset,
                                              None if h is headers[0] else
-                                             f"follower batches are not contiguous: batch at {h.base_offset}, expected {expected}")
+                                             f"follower batches are not contiguous: batch at {h.base_offset}, "
+                                             f"expected {expected}")
             if h.leader_epoch < 0 or h.leader_epoch < prev_epoch:
                 raise KafkaError(ErrorCode.CORRUPT_MESSAGE,
                                  f"{self.name}: batch at offset {h.base_offset} has epoch {h.leader_epoch} "
@@ -549,7 +550,8 @@ class PartitionLog:
             return False
         if new_start > self.log_end_offset:
             raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
-                             f"{self.name}: log start offset {new_start} above the log end offset {self.log_end_offset}")
+                             f"{self.name}: log start offset {new_start} above the log end offset "
+                             f"{self.log_end_offset}")
         before = self._log_start_offset
         with self._lock:
             self._log_start_offset = new_start

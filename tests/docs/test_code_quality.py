@@ -14,6 +14,9 @@ CORES = [
     "minibroker/controller/state.py",
     "minibroker/controller/election.py",
     "minibroker/controller/placement.py",
+    "minibroker/coordinator/group.py",
+    "minibroker/broker/lifecycle.py",
+    "minibroker/broker/alter_partition_queue.py",
 ]
 
 

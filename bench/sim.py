@@ -10,7 +10,8 @@ per seed, violations, and the projected wall time for 10,000 seeds.
     .venv/bin/python bench/sim.py --seeds 1-500 --jobs 2   # a shorter run
     .venv/bin/python bench/sim.py --seeds 1-200 --duration 30
 
-Exit status 1 if any seed failed. SIGTERM or Ctrl-C stops it with the totals so far. Replay one with `minibroker sim --seed N`.
+Exit status 1 if any seed failed. SIGTERM or Ctrl-C stops it with the totals so
+far. Replay one with `minibroker sim --seed N`.
 """
 from __future__ import annotations
 

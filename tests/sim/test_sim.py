@@ -68,6 +68,21 @@ def test_seeds_that_found_the_consumer_redirect_loop_pass(seed):
     assert r.ok, r.violations
 
 
+# Found by the 656-seed bench run and not fixed yet (reported): after a pause fences a leader, the new
+# leader's ISR expand stays pending for ~16 s while AlterPartition proposals for its other partitions are
+# refused locally with OPERATION_NOT_ATTEMPTED over and over (151, 171, 450); 601 shows the same
+# LIVENESS failure without that storm. Move them to the regression lists once fixed.
+OPEN_LIVENESS_SEEDS = (151, 171, 450, 601)
+
+
+@pytest.mark.xfail(reason="open: ISR expand stuck behind an AlterPartition in flight (see OPEN_LIVENESS_SEEDS)",
+                   strict=False)
+@pytest.mark.parametrize("seed", OPEN_LIVENESS_SEEDS)
+def test_open_liveness_seeds_reach_a_full_isr_after_healing(seed):
+    r = run_seed(seed)
+    assert r.ok, r.violations
+
+
 # -- the invariants catch what they must ------------------------------------------------
 
 def test_a_leader_hw_that_decreases_within_its_epoch_is_a_violation():

@@ -31,18 +31,21 @@ async def leader_view(c):
 
 
 async def read_all(c, at_least=0, polls=5):
+    """Every record a fresh consumer reads: first until it has `at_least` (a deadline,
+    not a fixed number of polls, so a slow machine does not read too little), then
+    `polls` more polls, the window in which a record past the HW would show up."""
     got = {}
     async with Consumer(c.bootstrap, {"auto.offset.reset": "earliest"}) as con:
         con.assign([TP])
-        for _ in range(polls):
-            for r in await con.poll(timeout_ms=200):
-                got[r.offset] = r.value
         if at_least:
             async def enough():
                 for r in await con.poll(timeout_ms=200):
                     got[r.offset] = r.value
                 return len(got) >= at_least
             await wait_for(enough, timeout_s=30, interval_s=0, what=f"{at_least} records")
+        for _ in range(polls):
+            for r in await con.poll(timeout_ms=200):
+                got[r.offset] = r.value
     return got
 
 
@@ -60,7 +63,7 @@ async def test_acks1_records_stay_invisible_while_a_frozen_follower_is_in_the_is
             for i in range(3):
                 assert (await p.send_and_wait("orders", b"acks1-%d" % i)).offset == 5 + i
         assert await leader_view(c) == (8, 5)              # on the leader, above the HW
-        seen = await read_all(c, polls=5)
+        seen = await read_all(c, at_least=5, polls=5)
         assert sorted(seen) == [0, 1, 2, 3, 4], "a consumer read past the HW"
     finally:
         c.resume(3)

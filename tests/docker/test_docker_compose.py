@@ -8,7 +8,10 @@ only where no Docker engine answers.
 """
 from __future__ import annotations
 
+import fcntl
+import os
 import re
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -37,7 +40,28 @@ def compose() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def image(compose: list[str]) -> str:
+def machine_lock(compose: list[str]):
+    """One compose stack per machine at a time: the compose file publishes fixed host ports
+    and every run builds the same image tag, so two suites running at once (CI's parallel
+    check) take turns here instead of failing on each other's ports."""
+    with open(os.path.join(tempfile.gettempdir(), "minibroker-docker-tests.lock"), "w") as f:
+        deadline = time.monotonic() + 1800
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    pytest.fail("another suite's docker tests held the machine lock for 30 minutes")
+                time.sleep(1)     # polling a lock with a deadline
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@pytest.fixture(scope="module")
+def image(compose: list[str], machine_lock: None) -> str:
     """bin/build-images: the local base (debootstrap, once), wheels, minibroker:dev."""
     started = time.monotonic()
     proc = run([str(BUILD_IMAGES)], timeout=1100)

@@ -1,0 +1,85 @@
+"""The idempotent producer on real processes (issue 12 item 3): a batch whose
+answer never reaches the producer is retried with the same producer id,
+epoch and sequence, and the partition stores it once, whether the retry
+goes to the same leader (answer lost to a time-out) or to a new leader that
+replicated the batch before the old one died.
+
+The leader's acks=all answer is held with the fault proxy: the followers'
+next fetch requests are held, so they receive the batch but the leader never
+learns it, its HW stays put, and the produce cannot be answered."""
+from __future__ import annotations
+
+import pytest
+
+from minibroker.client.producer import Producer
+
+from .rig import Rig, make_cluster, read_values, until
+
+pytestmark = pytest.mark.cluster
+
+N = 5
+
+
+def idempotent_producer(bootstrap: str, **cfg: str) -> Producer:
+    base = {"linger.ms": "50", "request.timeout.ms": "1500", "delivery.timeout.ms": "60000",
+            "retry.backoff.ms": "100", "reconnect.backoff.max.ms": "200", "metadata.max.age.ms": "1000",
+            "socket.connection.setup.timeout.ms": "1000"}
+    base.update(cfg)
+    return Producer(bootstrap, base)
+
+
+async def _followers_have(rig: Rig, brokers: list[int], leo: int) -> bool:
+    for b in brokers:
+        if (await rig.status_of(b))[0]["leo"] < leo:
+            return False
+    return True
+
+
+async def _send_batch(p: Producer) -> list:
+    futs = [await p.send("t", f"v{i}".encode(), partition=0) for i in range(N)]
+    p._wake.set()
+    return futs
+
+
+async def test_a_batch_retried_after_a_lost_answer_is_stored_once(cluster_factory):
+    c = make_cluster(cluster_factory, **{"replica.lag.time.max.ms": "20000"})
+    async with Rig(c, partitions=1) as rig:
+        await rig.create_topic([[1, 2, 3]])
+        retries: list[str] = []
+        async with idempotent_producer(c.bootstrap) as p:
+            assert p.idempotent
+            p.on_retry = lambda b, e: retries.append(e.name)
+            c.hold(2, 1, "requests")
+            c.hold(3, 1, "requests")
+            futs = await _send_batch(p)
+            await until(lambda: _followers_have(rig, [2, 3], N), "followers hold the batch")
+            await until(lambda: retries, "the producer retried the unanswered batch")
+            c.release(2, 1)
+            c.release(3, 1)
+            offsets = [(await f).offset for f in futs]
+        values = await read_values(c.bootstrap, "t")
+    assert offsets == list(range(N))
+    assert values == [(i, f"v{i}") for i in range(N)], values
+    assert "REQUEST_TIMED_OUT" in retries
+
+
+async def test_a_batch_retried_on_a_new_leader_that_replicated_it_is_stored_once(cluster_factory):
+    c = make_cluster(cluster_factory, **{"replica.lag.time.max.ms": "20000", "min.insync.replicas": "1"})
+    async with Rig(c, partitions=1) as rig:
+        await rig.create_topic([[1, 2, 3]])
+        retries: list[str] = []
+        async with idempotent_producer(c.bootstrap, **{"request.timeout.ms": "20000"}) as p:
+            p.on_retry = lambda b, e: retries.append(e.name)
+            c.hold(2, 1, "requests")
+            c.hold(3, 1, "requests")
+            futs = await _send_batch(p)
+            await until(lambda: _followers_have(rig, [2, 3], N), "followers hold the batch")
+            assert not any(f.done() for f in futs)        # the leader could not answer acks=all
+            c.kill(1)
+            c.release(2, 1)
+            c.release(3, 1)
+            offsets = [(await f).offset for f in futs]
+        assert retries, "the batch was never retried"
+        values = await read_values(c.bootstrap, "t")
+    assert offsets == list(range(N))
+    assert values == [(i, f"v{i}") for i in range(N)], values

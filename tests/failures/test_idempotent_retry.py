@@ -83,3 +83,28 @@ async def test_a_batch_retried_on_a_new_leader_that_replicated_it_is_stored_once
         values = await read_values(c.bootstrap, "t")
     assert offsets == list(range(N))
     assert values == [(i, f"v{i}") for i in range(N)], values
+
+
+async def test_verify_with_the_idempotent_producer_through_leader_kills_and_bounces_reports_no_duplicates(
+        cluster_factory):
+    """The verification run with enable.idempotence=true and retries: two leader kills
+    (each followed by a restart) under load; the checker must find duplicated=0."""
+    c = make_cluster(cluster_factory)
+    async with Rig(c, partitions=3) as rig:
+        await rig.create_topic()
+        wl = await rig.start_load(producer={"enable.idempotence": "true", "delivery.timeout.ms": "30000"})
+        assert wl.producer.idempotent
+        await rig.progress(50)
+        for _ in range(2):
+            leader = await rig.leader(0)
+            rig.kill(leader)
+            await rig.wait_leader_not(leader)
+            await rig.progress(50)
+            rig.start(leader)
+            await rig.wait_running([leader])
+            await rig.wait_isr_full()
+            await rig.progress(50)
+        rep = await rig.finish()
+    text = "\n".join(rep.lines(limit=20))
+    assert rep.idempotent and "idempotence=on" in text, text
+    assert rep.ok and not rep.duplicated and rep.acked >= 150, text

@@ -12,6 +12,8 @@ from __future__ import annotations
 import pytest
 
 from minibroker.client.producer import Producer
+from minibroker.protocol.api import ApiKey
+from minibroker.records import build_batch
 
 from .rig import Rig, make_cluster, read_values, until
 
@@ -108,3 +110,37 @@ async def test_verify_with_the_idempotent_producer_through_leader_kills_and_boun
     text = "\n".join(rep.lines(limit=20))
     assert rep.idempotent and "idempotence=on" in text, text
     assert rep.ok and not rep.duplicated and rep.acked >= 150, text
+
+
+async def test_a_restarted_leader_recovers_producer_state_from_its_snapshot_and_still_dedups(cluster_factory):
+    """Clean shutdown writes the partition's producer-state snapshot; after the
+    restart the broker leads again and answers a resent batch as a duplicate."""
+    from minibroker.storage.producer_snapshot import read_snapshot
+    from minibroker.verify.replicas import ReplicaDirs
+
+    c = make_cluster(cluster_factory, **{"min.insync.replicas": "1"})
+    async with Rig(c, partitions=1) as rig:
+        await rig.create_topic([[1, 2, 3]])
+        async with idempotent_producer(c.bootstrap) as p:
+            offsets = [(await f).offset for f in await _send_batch(p)]
+            pid = p._producer_id
+        assert offsets == list(range(N))
+        await until(lambda: _followers_have(rig, [2, 3], N), "followers hold the batch")
+        for b in (2, 3, 1):
+            rig.stop(b)
+        snap = read_snapshot(ReplicaDirs.of_local_cluster(c.data_dir).partition_dir(1, "t", 0))
+        assert snap is not None and [e[0] for e in snap["producers"]] == [pid], snap
+        for b in (1, 2, 3):
+            rig.start(b)
+        await rig.wait_running()
+        await rig.wait_isr_full()
+        leader = await rig.leader(0)
+        resend = build_batch([f"v{i}".encode() for i in range(N)], producer_id=pid, producer_epoch=0,
+                             base_sequence=0)
+        async with idempotent_producer(c.bootstrap) as p:
+            await p.partitions_for("t")
+            resp = await p.net.request(leader, ApiKey.PRODUCE, {"acks": -1, "timeout_ms": 10_000, "topics": [
+                {"topic": "t", "partitions": [{"partition": 0, "records": resend}]}]})
+        entry = resp["topics"][0]["partitions"][0]
+        assert (entry["error"], entry["base_offset"]) == (0, 0), entry
+        assert (await rig.status_of(leader))[0]["leo"] == N

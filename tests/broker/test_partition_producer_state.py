@@ -109,12 +109,17 @@ def test_recovery_starts_from_the_snapshot_and_scans_only_the_batches_after_it(t
     assert again.producers.snapshot() == p.producers.snapshot()
 
 
-def test_a_snapshot_beyond_the_recovered_log_end_is_cut_back_to_it(tmp_path):
-    d = str(tmp_path / "t-0")
+def leader_with_two_batches(d: str) -> Partition:
     p = open_partition(d)
     lead(p)
     p.append_as_leader(batch(0, b"a"), 0)
     p.append_as_leader(batch(1, b"b"), 0)
+    return p
+
+
+def test_a_snapshot_beyond_the_recovered_log_end_is_cut_back_to_it(tmp_path):
+    d = str(tmp_path / "t-0")
+    p = leader_with_two_batches(d)
     state = p.producers.snapshot()
     p.log.truncate_to(1)                                # the log lost a tail the snapshot covered
     write_snapshot(d, state)
@@ -126,10 +131,7 @@ def test_a_snapshot_beyond_the_recovered_log_end_is_cut_back_to_it(tmp_path):
 
 def test_truncation_forgets_the_removed_batches_and_deletes_the_snapshot(tmp_path):
     d = str(tmp_path / "t-0")
-    p = open_partition(d)
-    lead(p)
-    p.append_as_leader(batch(0, b"a"), 0)
-    p.append_as_leader(batch(1, b"b"), 0)
+    p = leader_with_two_batches(d)
     write_snapshot(d, p.producers.snapshot())
     p.make_follower(PartitionRecord("t", 0, (1, 2), (1, 2), 2, 2, 1), 0)
     p.truncate_to(1, 0, "diverged")

@@ -27,12 +27,14 @@ from typing import Any
 from collections.abc import Iterable
 
 from minibroker.broker.tail import TailCache
-from minibroker.errors import ErrorCode
+from minibroker.errors import ErrorCode, KafkaError
 from minibroker.events import Event, EventSink
 from minibroker.metadata import NO_LEADER, PartitionRecord
-from minibroker.records import stamp
+from minibroker.records import HEADER_SIZE, batch_crc_ok, iter_batch_headers, parse_header, stamp
 from minibroker.replication import Decision, PartitionLeader, Profile
 from minibroker.replication.follower_core import follower_high_watermark, follows_log_start
+from minibroker.replication.producer_state import NO_PRODUCER_ID, ProducerState
+from minibroker.storage.producer_snapshot import delete_snapshot, read_snapshot
 
 LEADER = "leader"
 FOLLOWER = "follower"
@@ -131,6 +133,36 @@ class Partition:
         self.tracker = ByteTracker(log.log_end_offset)
         self.tail = TailCache()
         self.last_fetch_error: ErrorCode | None = None
+        # Invariant: describes every batch of the log below LEO (idempotent
+        # producers, KIP-98), whatever the role, so a new leader knows it.
+        self.producers = self._load_producer_state()
+        # Bumped on every truncation: a snapshot taken before one is stale.
+        self.truncations = 0
+        # `producers.through` when its snapshot was last written (-1: never).
+        self.snapshot_through = -1
+
+    def _load_producer_state(self) -> ProducerState:
+        """Log recovery: the snapshot if it is usable, then the headers of
+        the batches after it (from the log start without one)."""
+        lg = self.log
+        state: ProducerState | None = None
+        directory = getattr(lg, "directory", None)
+        data = read_snapshot(directory) if directory else None
+        if data is not None:
+            try:
+                state = ProducerState.from_snapshot(data, self.name)
+            except ValueError:
+                state = None
+        if state is None or not lg.log_start_offset <= state.through <= lg.log_end_offset:
+            if state is not None and state.through > lg.log_end_offset:
+                state.truncate_to(lg.log_end_offset)      # recovery cut a tail the snapshot covered
+            else:
+                state = ProducerState(self.name)
+                state.through = lg.log_start_offset
+        state.truncate_head(lg.log_start_offset)
+        for pid, epoch, seq, base, last in lg.producer_batches(state.through):
+            state.on_batch(pid, epoch, seq, base, last)
+        return state
 
     # ------------------------------------------------------------ queries
 
@@ -240,15 +272,33 @@ class Partition:
 
     # ------------------------------------------------------------ leader: produce
 
-    def append_as_leader(self, records: bytes, now_ms: int) -> tuple[int, int, Decision]:
-        """Produce path (P4): validate, stamp with our epoch, append, tell the
-        core the new LEO. Returns (first offset, last offset, decision).
-        Raises KafkaError (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, ...) with
-        nothing written."""
+    def append_as_leader(self, records: bytes, now_ms: int) -> tuple[int, int, Decision | None]:
+        """Produce path (P4): check an idempotent batch against the producer
+        state (from its header: no per-record work), validate, stamp with our
+        epoch, append, tell the core the new LEO. Returns (first offset, last
+        offset, decision); a duplicate batch (P-DUP) returns its original
+        offsets and no decision, appending nothing. Raises KafkaError
+        (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, OUT_OF_ORDER_SEQUENCE_NUMBER,
+        INVALID_PRODUCER_EPOCH, ...) with nothing written."""
         core = self.core
         assert core is not None
+        h = parse_header(records) if len(records) >= HEADER_SIZE else None
+        pid = h.producer_id if h is not None else NO_PRODUCER_ID
+        if h is not None and pid != NO_PRODUCER_ID:
+            if h.size != len(records):
+                raise KafkaError(ErrorCode.INVALID_RECORD, f"{self.name}: a produce of idempotent producer {pid} "
+                                                           "must carry exactly one batch per partition")
+            if h.size >= HEADER_SIZE and batch_crc_ok(records, 0, h.size):
+                check = self.producers.check_client_batch(pid, h.producer_epoch, h.base_sequence,
+                                                          h.last_offset_delta)
+                if check.kind == "reject":
+                    raise KafkaError(check.error, check.message)
+                if check.kind == "duplicate":
+                    return check.base_offset, check.last_offset, None
         res = self.log.append_as_leader(records, core.leader_epoch, now_ms=now_ms)
         next_offset = res.last_offset + 1
+        if h is not None:
+            self.producers.on_batch(pid, h.producer_epoch, h.base_sequence, res.first_offset, res.last_offset)
         self.tracker.on_append(next_offset, len(records))
         self.tail.on_append(res.first_offset, next_offset, stamp(records, res.first_offset, core.leader_epoch))
         return res.first_offset, res.last_offset, core.on_append(next_offset, now_ms)
@@ -302,6 +352,9 @@ class Partition:
             return 0
         first = self.log.log_end_offset
         last = self.log.append_as_follower(records, now_ms=now_ms)
+        on_batch = self.producers.on_batch
+        for h in iter_batch_headers(records):
+            on_batch(h.producer_id, h.producer_epoch, h.base_sequence, h.base_offset, h.last_offset)
         self.tracker.on_append(last + 1, len(records))
         self.tail.on_append(first, last + 1, bytes(records))
         return len(records)
@@ -312,6 +365,7 @@ class Partition:
         if follows_log_start(leader_log_start, self.log.log_start_offset, self.log.log_end_offset):
             self.log.maybe_increment_log_start_offset(
                 leader_log_start, reason=f"leader {self.leader_id} log start offset is {leader_log_start}")
+            self.producers.truncate_head(self.log.log_start_offset)
         old = self._hw
         new = follower_high_watermark(leader_hw, self.log.log_start_offset, self.log.log_end_offset)
         if new != old:
@@ -329,6 +383,7 @@ class Partition:
             self._hw = self._clamp(self._hw)
         else:
             self.core.on_log_start_offset(self.log.log_start_offset)
+        self.producers.truncate_head(self.log.log_start_offset)
 
     def truncate_to(self, offset: int, now_ms: int, reason: str) -> int:
         """R5: drop everything at or above `offset` (and epoch entries from
@@ -338,6 +393,7 @@ class Partition:
         if offset < hw:
             reason += f" (below HW {hw})"
         new_leo = self.log.truncate_to(offset, reason=reason)
+        self._truncate_producers(new_leo)
         self.tracker.truncate(new_leo)
         self.tail.truncate(new_leo)
         if self._hw > new_leo:
@@ -347,9 +403,22 @@ class Partition:
     def truncate_fully_and_start_at(self, offset: int, now_ms: int, reason: str) -> None:
         """R6: the leader's log starts beyond our LEO: restart empty at `offset`."""
         self.log.truncate_fully_and_start_at(offset, reason=reason)
+        self.truncations += 1
+        self.producers.reset(offset)
+        self._drop_snapshot()
         self.tracker.reset(offset)
         self.tail.clear()
         self._hw = offset
+
+    def _truncate_producers(self, new_leo: int) -> None:
+        self.truncations += 1
+        self.producers.truncate_to(new_leo)
+        self._drop_snapshot()
+
+    def _drop_snapshot(self) -> None:
+        directory = getattr(self.log, "directory", None)
+        if directory:
+            delete_snapshot(directory)
 
     # ------------------------------------------------------------ events
 

@@ -42,6 +42,7 @@ from minibroker.replication import Decision, PartitionLeader, profile_by_name
 from minibroker.replication.read_replica import BrokerView, isr_eligibility, select_read_replica
 from minibroker.storage import LogConfig
 from minibroker.storage.log_config import PROPERTY_NAMES
+from minibroker.storage.producer_snapshot import delete_snapshot, write_snapshot
 
 log = logging.getLogger("minibroker.broker.replica")
 
@@ -158,6 +159,7 @@ class ReplicaManager:
             except (asyncio.CancelledError, Exception):
                 pass
         if self.log_manager is not None:
+            await self._snapshot_producers()
             hws = {k: p.hw for k, p in self._partitions.items()}
             await asyncio.to_thread(self.log_manager.shutdown, hws)
 
@@ -441,6 +443,36 @@ class ReplicaManager:
     async def _checkpoint_offsets(self) -> None:
         if self.log_manager is not None and self._partitions:
             await asyncio.to_thread(self.log_manager.checkpoint_offsets)
+            await self._snapshot_producers()
+
+    async def _snapshot_producers(self) -> None:
+        """Write the producer-state snapshot of each partition whose state
+        moved since its last one (Kafka's .snapshot files), so recovery
+        scans only the batches after it. A snapshot raced by a truncation
+        is deleted again: it may describe removed batches."""
+        todo = [(p, p.producers.snapshot(), p.truncations) for p in self._partitions.values()
+                if getattr(p.log, "directory", None) and p.producers.through != p.snapshot_through
+                and not p.log.closed]
+        if not todo:
+            return
+
+        def write() -> list[Partition]:
+            written = []
+            for part, data, _ in todo:
+                try:
+                    write_snapshot(part.log.directory, data)
+                    written.append(part)
+                except OSError as exc:
+                    log.warning("%s: writing the producer-state snapshot failed: %s", part.name, exc)
+            return written
+        written = set(map(id, await asyncio.to_thread(write)))
+        for part, data, truncations in todo:
+            if id(part) not in written:
+                continue
+            if part.truncations != truncations:
+                await asyncio.to_thread(delete_snapshot, part.log.directory)
+            else:
+                part.snapshot_through = data["through"]
 
     def _retention(self) -> None:
         """Delete whole segments below the HW that breach retention (the log's rules)."""
@@ -563,9 +595,10 @@ class ReplicaManager:
             return _LocalAppend(_produce_entry(p["partition"], exc.code, exc.message))
         entry = _produce_entry(p["partition"], ErrorCode.NONE)
         entry["base_offset"], entry["log_start_offset"] = first, part.log_start_offset
-        if self.purgatory.watching(key):
-            self.purgatory.on_append(key, len(records))
-        self._apply(part, d, now)
+        if d is not None:                 # None: a duplicate idempotent batch, nothing appended
+            if self.purgatory.watching(key):
+                self.purgatory.on_append(key, len(records))
+            self._apply(part, d, now)
         return _LocalAppend(entry, part, last + 1, core)
 
     def _maybe_delay_produce(self, acks: int, appended: list[_LocalAppend], now: int
@@ -724,7 +757,7 @@ class ReplicaManager:
 
     def _fetch_response(self, requests: list[tuple[str, dict]], results: list[ReadResult]) -> dict:
         topics: dict[str, list[dict]] = {}
-        for (topic, p), r in zip(requests, results):
+        for (topic, p), r in zip(requests, results, strict=True):
             entry = {
                 "partition": p["partition"], "error": int(r.error), "high_watermark": r.high_watermark,
                 "last_stable_offset": r.high_watermark, "log_start_offset": r.log_start_offset,

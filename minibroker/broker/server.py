@@ -35,6 +35,7 @@ from minibroker.clock import now_ms
 from minibroker.broker.controller_channel import BrokerLifecycle, BrokerState, ControllerChannel
 from minibroker.broker.eventlog import EventLog
 from minibroker.broker.metadata_image import MetadataDelta, MetadataImage
+from minibroker.broker.producer_ids import ProducerIdAllocator
 from minibroker.broker.peers import InterBrokerConnections
 from minibroker.broker import tail
 from minibroker.config import Config, ConfigError, parse_listeners
@@ -223,6 +224,7 @@ class BrokerServer:
                     if listener_protocol(config, name) == "SSL"}
         self.peer_tls = peer_context(config, listener_protocol(config, self.inter_broker_listener))
         self.max_frame_bytes = config.get_int("socket.request.max.bytes")
+        self.producer_ids = ProducerIdAllocator()
         self.controlled_shutdown_timeout_ms = int(config.get(
             "minibroker.controlled.shutdown.timeout.ms", str(DEFAULT_CONTROLLED_SHUTDOWN_TIMEOUT_MS)))
         rack = config.get("broker.rack", "")
@@ -455,6 +457,7 @@ class BrokerServer:
             ApiKey.INCREMENTAL_ALTER_CONFIGS: HandlerSpec(self._gated(self._incremental_alter_configs)),
             ApiKey.CREATE_PARTITIONS: HandlerSpec(self._gated(self._create_partitions)),
             ApiKey.DESCRIBE_CLUSTER: HandlerSpec(self._gated(self._describe_cluster)),
+            ApiKey.INIT_PRODUCER_ID: HandlerSpec(self._gated(self._init_producer_id)),
             ApiKey.DESCRIBE_QUORUM: HandlerSpec(self._gated(self._describe_quorum)),
             **{api: HandlerSpec(self._gated(fn)) for api, fn in group_handlers(lambda: self.coordinator).items()},
             ApiKey.REPLICA_STATUS: HandlerSpec(self._replica_status),
@@ -577,6 +580,14 @@ class BrokerServer:
         """Forwarded to the controller, as Kafka's brokers forward DescribeQuorum (KIP-836)."""
         assert self.channel is not None
         return await self.channel.forward(ApiKey.DESCRIBE_QUORUM, body, 30_000)
+
+    async def _init_producer_id(self, ctx: RequestContext, body: dict) -> dict:
+        """InitProducerId for an idempotent producer (KIP-98): as Kafka does
+        for a null transactional id, always a new producer id at epoch 0
+        (minibroker.broker.producer_ids); transactions are refused."""
+        if body.get("transactional_id") is not None:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "transactions are not supported: transactional_id must be null")
+        return {"producer_id": self.producer_ids.allocate(self.broker_epoch()), "producer_epoch": 0}
 
     async def _describe_cluster(self, ctx: RequestContext, body: dict) -> dict:
         assert self.channel is not None

@@ -29,10 +29,13 @@ from minibroker.testing.cluster import ClusterError, state_path
 @click.option("--converge-timeout", type=float, default=30, show_default=True,
               help="Seconds to wait for every replica to reach its leader's LEO.")
 @click.option("--no-progress", is_flag=True, help="No progress line on stderr (there is none in pipes anyway).")
+@click.option("--idempotent", is_flag=True,
+              help="Produce with enable.idempotence=true and retries (Kafka clients' default since 3.0) instead "
+                   "of Kafka's VerifiableProducer settings (retries=0); duplicates still fail the run.")
 @handle_errors
 def verify(bootstrap_server: str | None, topic: str, records: int | None, duration: float | None,
            throughput: float, partitions: int, replication_factor: int, min_insync_replicas: int,
-           data_dir: str | None, converge_timeout: float, no_progress: bool) -> None:
+           data_dir: str | None, converge_timeout: float, no_progress: bool, idempotent: bool) -> None:
     """Produce numbered records with acks=all (every ack and failure logged), read every
     partition from offset 0, and report lost acknowledged records, duplicates, reordering,
     reads of definitely failed produces and (with --data-dir) replicas that diverge.
@@ -67,7 +70,8 @@ def verify(bootstrap_server: str | None, topic: str, records: int | None, durati
             rep = await run_verify(bootstrap, topic, records=records, duration_s=duration,
                                    partitions=partitions, replication_factor=replication_factor,
                                    min_isr=min_insync_replicas, rate=throughput, replica_dirs=dirs,
-                                   converge_timeout_s=converge_timeout, stop=stop, tick=tick)
+                                   converge_timeout_s=converge_timeout, stop=stop, tick=tick,
+                                   idempotent=idempotent)
         interrupted[0] = stop.is_set()
         return rep
     report = run_async(main())

@@ -74,7 +74,8 @@ class ProducerBatch:
     `retry_at_ms` is 0 until the first retry."""
 
     __slots__ = ("tp", "builder", "count", "first_ts", "max_ts", "size", "max_size", "created_ms", "retry_at_ms",
-                 "attempts", "closed", "waiter", "last_error", "mixed_ts", "_encoded", "_decode", "_decoded")
+                 "attempts", "closed", "waiter", "last_error", "mixed_ts", "_encoded", "_decode", "_decoded",
+                 "producer_id", "producer_epoch", "base_seq")
 
     def __init__(self, tp: TopicPartition, max_size: int, created_ms: int, waiter: Any,
                  builder: Builder | None = None, decode: Decoder | None = None) -> None:
@@ -93,6 +94,10 @@ class ProducerBatch:
         self.closed = False
         self.waiter = waiter
         self.last_error = 0
+        # Idempotence: set once, before the first send (`set_producer_state`), kept by every retry.
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.base_seq = -1
         self.mixed_ts = False         # Invariant: some record's timestamp differs from first_ts
         self._encoded: bytes | None = None
         self._decode = decode
@@ -114,6 +119,13 @@ class ProducerBatch:
         self.count = n + 1
         self.size += size
         return n
+
+    def set_producer_state(self, producer_id: int, producer_epoch: int, base_seq: int) -> None:
+        """Stamp the idempotent producer's id, epoch and this batch's first
+        sequence into the batch (before `encoded()`; retries resend them)."""
+        assert self._encoded is None and self.builder is not None
+        self.producer_id, self.producer_epoch, self.base_seq = producer_id, producer_epoch, base_seq
+        self.builder.set_producer_state(producer_id, producer_epoch, base_seq)
 
     def encoded(self) -> bytes:
         """The batch's bytes, built on the first call (no record may be appended after)."""
@@ -311,6 +323,14 @@ class RecordAccumulator:
         """A sent batch failed retriably: back to the front of its queue, after a back-off."""
         batch.retry_at_ms = now_ms + self.backoff.delay_ms(batch.attempts - 1, self.rand())
         q = self._queues.setdefault(batch.tp, deque())
+        if batch.base_seq >= 0:
+            # Idempotence: retried batches go back in sequence order (Kafka's insertInSequenceOrder),
+            # ahead of batches not sent yet.
+            i = 0
+            while i < len(q) and 0 <= q[i].base_seq < batch.base_seq and q[i].producer_id == batch.producer_id:
+                i += 1
+            q.insert(i, batch)
+            return
         q.appendleft(batch)
 
     def release(self, batch: ProducerBatch) -> None:

@@ -58,6 +58,7 @@ PRODUCER_DEFAULTS: dict[str, str] = {
     "max.in.flight.requests.per.connection": "5",
     "partitioner.ignore.keys": "false",
     "compression.type": "none",             # none, gzip, snappy, lz4, zstd (Kafka's names)
+    "enable.idempotence": "true",           # KIP-679: the default since Kafka 3.0
 }
 
 CONSUMER_DEFAULTS: dict[str, str] = {

@@ -8,6 +8,20 @@ metadata refresh for the NOT_LEADER_OR_FOLLOWER family) until `retries` or
 `delivery.timeout.ms` run out; other errors fail the batch's records.
 Batching decisions live in accumulator.py, retry decisions in retry.py.
 
+Idempotence (`enable.idempotence=true`, the default as in Kafka >= 3.0,
+KIP-98/KIP-679): the producer gets a producer id from InitProducerId before
+its first send, gives each batch the next sequence of its partition when it
+is first drained, and resends a retried batch with the same id, epoch and
+sequence, so the leader answers a batch it already has with its original
+offset instead of storing it twice. It requires acks=all, retries > 0 and
+max.in.flight.requests.per.connection <= 5; set explicitly with a conflicting
+setting it is a ConfigError, left at its default it is turned off (Kafka
+3.2+). Retried batches go back in sequence order; OUT_OF_ORDER_SEQUENCE_NUMBER
+for a batch with an earlier batch of its partition still unacknowledged is
+retried (that batch failed first), otherwise it fails the batch and the
+producer takes a new producer id (sequences restart at 0), a simplified
+form of KIP-360's epoch bump.
+
 Without idempotence (no producer ids on the wire), a retried batch can be
 written twice (REQUEST_TIMED_OUT after the leader appended), and with more
 than one request in flight per broker a retried batch can land after a later
@@ -110,6 +124,13 @@ class Producer:
         self.delivery_timeout_ms = self.cfg.get_int("delivery.timeout.ms")
         self.max_in_flight = max(1, self.cfg.get_int("max.in.flight.requests.per.connection"))
         self.ignore_keys = self.cfg.get_bool("partitioner.ignore.keys")
+        self.idempotent = self._idempotence(config, kwargs)
+        # Idempotence state. Invariant: _next_seq[tp] is the sequence the next new batch of tp
+        # gets under (_producer_id, _producer_epoch); _acked_seq[tp] the last sequence acknowledged.
+        self._producer_id = -1
+        self._producer_epoch = -1
+        self._next_seq: dict[TopicPartition, int] = {}
+        self._acked_seq: dict[TopicPartition, int] = {}
         self.net = ClientNetwork(self.cfg)
         self._loop: asyncio.AbstractEventLoop | None = None
         try:
@@ -137,6 +158,48 @@ class Producer:
         # Called once per batch when it is done: (batch, base offset or -1, error or None).
         # batch.tp and batch.records [(key, value, timestamp, headers)] say what it held.
         self.on_batch_done: Callable[[ProducerBatch, int, KafkaError | None], None] | None = None
+
+    def _idempotence(self, config: Mapping[str, Any] | None, kwargs: Mapping[str, Any]) -> bool:
+        """enable.idempotence against acks, retries and max.in.flight (Kafka's ProducerConfig rules)."""
+        wanted = self.cfg.get_bool("enable.idempotence")
+        explicit = "enable.idempotence" in (config or {}) or "enable_idempotence" in kwargs
+        conflicts = []
+        if self.acks != -1:
+            conflicts.append("acks must be all")
+        if self.retries <= 0:
+            conflicts.append("retries must be > 0")
+        if self.cfg.get_int("max.in.flight.requests.per.connection") > 5:
+            conflicts.append("max.in.flight.requests.per.connection must be <= 5")
+        if wanted and conflicts:
+            if explicit:
+                raise ConfigError("enable.idempotence=true: " + "; ".join(conflicts))
+            return False
+        return wanted
+
+    async def _ensure_producer_id(self) -> None:
+        """InitProducerId from any broker, retrying retriable errors (Kafka's
+        TransactionManager does this before the first send)."""
+        while self._producer_id < 0:
+            try:
+                _, resp = await self.net.request_any(ApiKey.INIT_PRODUCER_ID, {"transactional_id": None},
+                                                     timeout_ms=self.request_timeout_ms)
+                if resp.get("error"):
+                    raise KafkaError(resp["error"], resp.get("message", ""), remote=True)
+                self._producer_id, self._producer_epoch = resp["producer_id"], resp["producer_epoch"]
+                self._next_seq.clear()
+                self._acked_seq.clear()
+                log.debug("producer id %d epoch %d", self._producer_id, self._producer_epoch)
+            except KafkaError as exc:
+                if not exc.retriable and exc.code not in (ErrorCode.NETWORK_EXCEPTION,):
+                    raise
+                await asyncio.sleep(self.net.cache.refresh_backoff_ms / 1000)
+
+    def _sequence(self, b: ProducerBatch) -> None:
+        """A batch drained for the first time gets its partition's next sequence."""
+        if b.base_seq < 0:
+            seq = self._next_seq.get(b.tp, 0)
+            b.set_producer_state(self._producer_id, self._producer_epoch, seq)
+            self._next_seq[b.tp] = (seq + len(b)) & 0x7FFFFFFF
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -326,10 +389,20 @@ class Producer:
                     self.net.request_update()
                 nodes = {n for n in ready.nodes if self._in_flight.get(n, 0) < self.max_in_flight}
                 delay = ready.next_delay_ms
+                if nodes and self.idempotent and self._producer_id < 0:
+                    try:
+                        await self._ensure_producer_id()
+                    except KafkaError as exc:
+                        for b in self.acc.abort_all():
+                            self._complete(b, -1, exc)
+                        continue
+                    now = now_ms()
                 if nodes:
                     for node, batches in self.acc.drain(now, nodes, self._leader_of, self.max_request_size).items():
                         self._in_flight[node] = self._in_flight.get(node, 0) + 1
                         for b in batches:
+                            if self.idempotent:
+                                self._sequence(b)
                             self._incomplete.add(b)
                             if self.max_in_flight == 1:
                                 self.acc.mute(b.tp)
@@ -400,8 +473,17 @@ class Producer:
                 self._complete(b, r.get("base_offset", -1), None, r.get("log_append_time_ms", -1))
 
     def _failed(self, batch: ProducerBatch, code: int, message: str) -> None:
+        retriable = None
+        if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and batch.base_seq >= 0 \
+                and batch.producer_id == self._producer_id:
+            # Kafka's rule: out of order while an earlier batch of the partition is unacknowledged
+            # (it failed first and is retried before this one) is retriable; otherwise it is a real gap
+            # that fails the batch, and sequences restart under a new producer id.
+            retriable = batch.base_seq != ((self._acked_seq.get(batch.tp, -1) + 1) & 0x7FFFFFFF)
+            if not retriable:
+                self._producer_id = -1
         d = decide_retry(code, attempts=batch.attempts, created_ms=batch.created_ms, now_ms=now_ms(),
-                         retries=self.retries, delivery_timeout_ms=self.delivery_timeout_ms)
+                         retries=self.retries, delivery_timeout_ms=self.delivery_timeout_ms, retriable=retriable)
         if d.refresh_metadata or code == ErrorCode.REQUEST_TIMED_OUT:
             self.net.request_update()
         err = KafkaError(code, message, remote=True)
@@ -419,6 +501,8 @@ class Producer:
     def _complete(self, batch: ProducerBatch, base_offset: int, error: KafkaError | None,
                   log_append_time: int = -1) -> None:
         self._incomplete.discard(batch)
+        if error is None and batch.base_seq >= 0 and batch.producer_id == self._producer_id:
+            self._acked_seq[batch.tp] = (batch.base_seq + len(batch) - 1) & 0x7FFFFFFF
         if not batch.waiter.done():
             batch.waiter.set_result((base_offset, error, log_append_time))
             self.acc.release(batch)

@@ -47,10 +47,11 @@ def needs_metadata(code: int) -> bool:
 
 
 def decide_retry(code: int, *, attempts: int, created_ms: int, now_ms: int,
-                 retries: int, delivery_timeout_ms: int) -> RetryDecision:
-    """Whether a produce batch that failed with `code` after `attempts` sends may go again."""
+                 retries: int, delivery_timeout_ms: int, retriable: bool | None = None) -> RetryDecision:
+    """Whether a produce batch that failed with `code` after `attempts` sends may go again
+    (`retriable` overrides the code's own flag: the idempotent producer's sequence rule)."""
     refresh = needs_metadata(code)
-    if not is_retriable(code):
+    if not (is_retriable(code) if retriable is None else retriable):
         return RetryDecision(False, refresh, "not retriable")
     if attempts > retries:
         return RetryDecision(False, refresh, f"retries={retries} exhausted")

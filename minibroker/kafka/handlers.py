@@ -79,7 +79,6 @@ class KafkaApis:
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self._next_producer_id = 0
         self._routes: dict[Api, Callable[[KafkaConnection, _Request], Awaitable[dict | None]]] = {
             Api.PRODUCE: self._produce,
             Api.FETCH: self._fetch,
@@ -554,19 +553,18 @@ class KafkaApis:
                                                    for x in results]}
 
     async def _init_producer_id(self, conn: KafkaConnection, req: _Request) -> dict:
-        """A producer id so idempotent-by-default clients start. The broker does
-        not deduplicate by it yet (issue 12); transactions are refused."""
+        """The broker's InitProducerId handler (ids unique cluster-wide, see
+        minibroker.broker.producer_ids): as Kafka for a null transactional
+        id, a new producer id at epoch 0 even when the client sends its old
+        one (KIP-360 v3+); a transactional id is refused."""
         r = req.body
-        if r.transactional_id is not None:
-            return {"throttle_time_ms": 0, "error_code": int(ErrorCode.INVALID_REQUEST),
-                    "producer_id": -1, "producer_epoch": -1}
-        if req.version >= 3 and r.producer_id >= 0:
-            return {"throttle_time_ms": 0, "error_code": 0, "producer_id": r.producer_id,
-                    "producer_epoch": (r.producer_epoch + 1) & 0x7FFF}
-        self._next_producer_id += 1
-        pid = (self.broker.node_id << 48) | ((self.broker.broker_epoch() & 0xFFFFFF) << 24) \
-            | (self._next_producer_id & 0xFFFFFF)
-        return {"throttle_time_ms": 0, "error_code": 0, "producer_id": pid, "producer_epoch": 0}
+        try:
+            resp = await self._call(conn, req, ApiKey.INIT_PRODUCER_ID, {"transactional_id": r.transactional_id})
+        except KafkaError as exc:
+            return {"throttle_time_ms": 0, "error_code": int(exc.code), "producer_id": -1, "producer_epoch": -1}
+        assert resp is not None
+        return {"throttle_time_ms": 0, "error_code": 0, "producer_id": resp["producer_id"],
+                "producer_epoch": resp["producer_epoch"]}
 
     # ------------------------------------------------------------------ OffsetForLeaderEpoch
 

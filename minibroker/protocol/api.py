@@ -36,6 +36,7 @@ class ApiKey(enum.IntEnum):
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    INIT_PRODUCER_ID = 22
     DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
@@ -137,6 +138,12 @@ REQUESTS: dict[ApiKey, dict[str, Any]] = {
     ApiKey.LIST_GROUPS: {"states": Opt([str], [])},           # Kafka's state names; [] = every state
     ApiKey.DESCRIBE_GROUPS: {"groups": [str]},
     ApiKey.DELETE_GROUPS: {"groups": [str]},
+    ApiKey.INIT_PRODUCER_ID: {
+        "transactional_id": Opt(Nullable(str), None),   # transactions are not served: must be null
+        "transaction_timeout_ms": Opt(int, -1),
+        "producer_id": Opt(int, -1),                    # KIP-360 fields; an idempotent producer gets a new id
+        "producer_epoch": Opt(int, -1),
+    },
     ApiKey.SASL_HANDSHAKE: {"mechanism": str},
     ApiKey.SASL_AUTHENTICATE: {"auth_bytes": bytes},     # one SCRAM message (minibroker.net.scram)
     ApiKey.DESCRIBE_CONFIGS: {

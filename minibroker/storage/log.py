@@ -38,7 +38,7 @@ import bisect
 import os
 import threading
 from typing import NamedTuple
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from minibroker import clock
 from minibroker.errors import ErrorCode, KafkaError
@@ -307,6 +307,14 @@ class PartitionLog:
                 self.epoch_cache.assign(h.leader_epoch, h.base_offset)
             self._segments[-1].append(batches, appended, expected)
         return expected - 1
+
+    def producer_batches(self, from_offset: int) -> Iterator[tuple[int, int, int, int, int]]:
+        """(producer id, epoch, base sequence, base offset, last offset) of
+        every batch from the one holding `from_offset` to the LEO, read from
+        batch headers only (producer state recovery; blocking file reads)."""
+        for seg in list(self._segments):
+            if seg.next_offset > from_offset:
+                yield from seg.producer_batches(from_offset)
 
     def _check_open(self) -> None:
         if self._closed:

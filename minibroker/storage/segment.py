@@ -13,7 +13,7 @@ page cache; fsync happens only through `dup_fds()`, from a flush thread.
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
+from typing import Any, NamedTuple
 from collections.abc import Callable, Iterator
 
 from minibroker.records import (
@@ -335,6 +335,19 @@ class LogSegment:
 
     def _walk(self, position: int, end: int, *, check: bool = False) -> Iterator[Located]:
         """Headers of the batches in [position, end), read in small chunks."""
+        for pos, f in self._walk_fields(position, end, check=check):
+            yield Located(pos, f[0], f[0] + f[6], f[2], f[1] + LOG_OVERHEAD, f[8])
+
+    def producer_batches(self, from_offset: int) -> Iterator[tuple[int, int, int, int, int]]:
+        """(producer id, producer epoch, base sequence, base offset, last
+        offset) of each batch whose last offset >= `from_offset`, from the
+        headers only (producer state recovery)."""
+        for _pos, f in self._walk_fields(self.index.lookup(from_offset), self.size):
+            if f[0] + f[6] >= from_offset:
+                yield f[9], f[10], f[11], f[0], f[0] + f[6]
+
+    def _walk_fields(self, position: int, end: int, *, check: bool = False) -> Iterator[tuple[int, tuple[Any, ...]]]:
+        """(position, unpacked header) of the batches in [position, end)."""
         buf = b""
         buf_start = position
         pos = position
@@ -359,7 +372,7 @@ class LogSegment:
                     raise ValueError(f"batch at byte {pos}: {problem}")
                 if pos + size > end:
                     raise ValueError(f"torn batch at byte {pos}")
-            yield Located(pos, f[0], f[0] + f[6], f[2], size, f[8])
+            yield pos, f
             pos += size
             last_size = size
 

@@ -39,6 +39,7 @@ TEMPLATES: dict[ApiKey, dict[str, Any]] = {
     ApiKey.SASL_AUTHENTICATE: {"mechanism": "PLAIN", "secret": "not-the-secret"},
     ApiKey.ELECT_LEADERS: {"election_type": 0, "topics": [{"topic": "fuzz", "partitions": [0]}]},
     ApiKey.DESCRIBE_CLUSTER: {},
+    ApiKey.INIT_PRODUCER_ID: {},
     ApiKey.REPLICA_STATUS: {"topics": ["fuzz"]},
     ApiKey.EVENTS: {"from_seq": 0, "max_wait_ms": 0, "max_events": 10},
     ApiKey.ALTER_PARTITION: {"broker_id": 1, "broker_epoch": 1, "topics": []},

@@ -80,6 +80,7 @@ class Report:
     vanished: list[Read] = field(default_factory=list)
     unconverged: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    idempotent: bool = False        # the producer ran with enable.idempotence=true (shown, never excuses duplicates)
 
     @property
     def ok(self) -> bool:
@@ -90,7 +91,8 @@ class Report:
     def lines(self, limit: int = 10) -> list[str]:
         out = [
             f"acked={self.acked} failed(definite)={self.failed_definite} "
-            f"failed(indeterminate)={self.failed_indeterminate} read={self.read}",
+            f"failed(indeterminate)={self.failed_indeterminate} read={self.read}"
+            + (" idempotence=on" if self.idempotent else ""),
             f"lost={len(self.lost)} moved={len(self.moved)} duplicated={len(self.duplicated)} "
             f"reordered={len(self.reordered)} failed_read={len(self.failed_read)} "
             f"divergent={len(self.divergent)} inconsistent={len(self.inconsistent)} "

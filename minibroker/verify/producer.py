@@ -12,6 +12,12 @@ the append, or never sent) or not known (timeouts, connection loss,
 and refused definitely by the next, and the checker would report a false
 read-of-failed.
 
+With `enable.idempotence=true` in its config it retries instead (as Kafka
+clients >= 3.0 do by default): the broker's sequence checks make a retried
+batch land once, so the checker's `duplicated` must stay 0; a "definite"
+error after more than one attempt is logged as `RETRIED_<error>`, which the
+checker counts as indeterminate (an earlier attempt may have appended it).
+
 Must not know: how records are read back or what the checker concludes.
 """
 from __future__ import annotations
@@ -25,8 +31,9 @@ from minibroker import clock
 from minibroker.client.accumulator import ProducerBatch
 from minibroker.client.producer import Producer
 from minibroker.errors import KafkaError, error_name
-from minibroker.verify.checker import Ack, Failure
+from minibroker.verify.checker import DEFINITE_FAILURES, Ack, Failure
 
+RETRIED = "RETRIED_"           # prefix: a definite error after an earlier attempt that may have appended
 NEVER_SENT = "NEVER_SENT"      # expired in the client's buffer before any attempt: definitely not in the log
 
 PRODUCER_SETTINGS: dict[str, str] = {
@@ -76,7 +83,11 @@ class VerifiableProducer:
         self.run = run if run is not None else new_run_id()
         cfg = dict(PRODUCER_SETTINGS)
         cfg.update({k: str(v) for k, v in (config or {}).items()})
+        cfg.setdefault("enable.idempotence", "false")
+        if cfg["enable.idempotence"].lower() == "true" and cfg["retries"] == "0":
+            cfg["retries"] = "2147483647"
         self.producer = Producer(bootstrap, cfg)
+        self.idempotent = self.producer.idempotent
         self.rate = rate
         self.acks: list[Ack] = []
         self.failures: list[Failure] = []
@@ -101,6 +112,8 @@ class VerifiableProducer:
             self._acked_by_p[p] += len(batch.records)
         else:
             name = NEVER_SENT if batch.attempts == 0 else error_name(int(error.code))
+            if batch.attempts > 1 and name in DEFINITE_FAILURES:
+                name = RETRIED + name
             self.last_error = f"{name}: {error}"
             for rec in batch.records:
                 value = rec[1].decode()

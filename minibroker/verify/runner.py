@@ -169,6 +169,7 @@ async def verify_topic(bootstrap: str, topic: str, partitions: int, run: str, pr
     for p, pos in short.items():
         notes.append(f"final read of partition {p} stopped at {pos}, HW {hws.get(p)}")
     rep = check(producer.acks, producer.failures, final.reads, live.reads if live is not None else ())
+    rep.idempotent = producer.idempotent
     rep.unconverged.extend(unconverged)
     if live is not None:
         notes.extend(f"live reader: {n}" for n in live.notes[:5])
@@ -220,7 +221,7 @@ async def run_verify(bootstrap: str, topic: str, *, records: int | None, duratio
                      partitions: int = 3, replication_factor: int = 3, min_isr: int | None = None,
                      rate: float = 0.0, create: bool = True, replica_dirs: ReplicaDirs | None = None,
                      converge_timeout_s: float = 30.0, stop: asyncio.Event | None = None,
-                     tick: Callable[[Workload, str], None] | None = None) -> Report:
+                     tick: Callable[[Workload, str], None] | None = None, idempotent: bool = False) -> Report:
     """`minibroker verify`: create the topic if needed, produce and follow for the given
     count/duration (or until `stop` is set: Ctrl-C), then finish the run (see
     Workload.finish). `tick(workload, phase)` is called about 4 times a second while sending."""
@@ -229,7 +230,8 @@ async def run_verify(bootstrap: str, topic: str, *, records: int | None, duratio
             cfg = {"min.insync.replicas": str(min_isr)} if min_isr is not None else {}
             await ensure_topic(admin, topic, partitions, replication_factor, cfg)
         partitions = len(await topic_layout(admin, topic))
-    wl = Workload(bootstrap, topic, partitions, rate=rate)
+    wl = Workload(bootstrap, topic, partitions, rate=rate,
+                  producer_config={"enable.idempotence": "true"} if idempotent else None)
     await wl.start(records, duration_s)
     await _sending(wl, stop, tick)
     if tick is not None:

@@ -74,39 +74,39 @@ class Scenario:
 
     def __call__(self, cmd: Command) -> str:
         if cmd.name == "group":
-            self.group = Group("g", GroupSettings(min_session_timeout_ms=cmd.int("min-session", 1000),
-                                                  initial_rebalance_delay_ms=cmd.int("delay", 0)))
+            self.group = Group("g", GroupSettings(min_session_timeout_ms=cmd.num("min-session", 1000),
+                                                  initial_rebalance_delay_ms=cmd.num("delay", 0)))
             return self.state_line()
         g = self._g(cmd)
-        now = cmd.int("now", 0)
+        now = cmd.num("now", 0)
         out: list[str] = []
         decisions: list[Decision] = []
         if cmd.name == "join":
             self.token += 1
-            decisions = g.maybe_join(self.token, cmd.str("member", ""), None, cmd.str("client", "c"), "/127.0.0.1",
-                                     cmd.int("session", 10_000), cmd.int("rebalance", 30_000), "consumer",
-                                     _pairs(cmd.str("protocols", "range:r")), not cmd.bool("v3"),
-                                     cmd.str("new-id", f"m{self.token}"), now)
+            decisions = g.maybe_join(self.token, cmd.text("member", ""), None, cmd.text("client", "c"), "/127.0.0.1",
+                                     cmd.num("session", 10_000), cmd.num("rebalance", 30_000), "consumer",
+                                     _pairs(cmd.text("protocols", "range:r")), not cmd.flag("v3"),
+                                     cmd.text("new-id", f"m{self.token}"), now)
             out.append(f"request #{self.token}")
         elif cmd.name == "sync":
             self.token += 1
-            decisions = g.maybe_sync(self.token, cmd.str("member"), cmd.int("gen"), "consumer", None,
-                                     _pairs(cmd.str("assign", "")), now)
+            decisions = g.maybe_sync(self.token, cmd.text("member"), cmd.num("gen"), "consumer", None,
+                                     _pairs(cmd.text("assign", "")), now)
             out.append(f"request #{self.token}")
         elif cmd.name == "heartbeat":
-            out.append(f"heartbeat {g.heartbeat(cmd.str('member'), cmd.int('gen'), now).name}")
+            out.append(f"heartbeat {g.heartbeat(cmd.text('member'), cmd.num('gen'), now).name}")
         elif cmd.name == "leave":
-            errors, decisions = g.maybe_leave(cmd.str("members").split(","), now)
+            errors, decisions = g.maybe_leave(cmd.text("members").split(","), now)
             out.append("leave " + ",".join(e.name for e in errors))
         elif cmd.name == "tick":
             decisions = g.tick(now)
         elif cmd.name == "commit":
-            out.append(f"commit {g.validate_commit(cmd.str('member', ''), cmd.int('gen', -1)).name}")
+            out.append(f"commit {g.validate_commit(cmd.text('member', ''), cmd.num('gen', -1)).name}")
         elif cmd.name == "delete":
             err, decisions = g.maybe_delete(now)
             out.append(f"delete {err.name}")
         elif cmd.name == "store-failed":
-            decisions = g.maybe_store_failed(now, cmd.str("error", "NOT_ENOUGH_REPLICAS"))
+            decisions = g.maybe_store_failed(now, cmd.text("error", "NOT_ENOUGH_REPLICAS"))
         elif cmd.name != "state":
             raise ScenarioError(f"{cmd.where}: unknown command {cmd.name}")
         out += [decision_line(d) for d in decisions]

@@ -4,8 +4,8 @@ Owns: which offsets-topic partitions this broker coordinates (loaded, or
 loading after it became their leader: COORDINATOR_LOAD_IN_PROGRESS meanwhile;
 unloaded as soon as it stops leading them: NOT_COORDINATOR), creating the
 topic on first use (offsets.topic.num.partitions, offsets.topic.replication.factor
-capped at the live brokers), writing group metadata and offset commits to the
-partition with acks=all through the replica manager's produce path, replaying
+capped at the registered brokers, created once that many are alive), writing
+group metadata and offset commits to the partition with acks=all through the replica manager's produce path, replaying
 a partition's log into groups on load, the timer that drives the group cores,
 parked JoinGroup/SyncGroup requests (futures answered by the cores'
 decisions), and the coordinator_load / coordinator_unload / group events.
@@ -294,8 +294,17 @@ class GroupCoordinator:
         await asyncio.shield(self._creating)
 
     async def _create(self) -> None:
-        live = sum(1 for b in self.broker.image.brokers.values() if not b.fenced)
-        rf = max(1, min(self.replication_factor, live))
+        # Kafka: "internal topic creation will fail until the cluster size meets this replication
+        # factor requirement". The factor is capped at the registered brokers (a smaller cluster),
+        # never at the ones alive now, or one broker down at first use would cost every group a
+        # replica for good; until enough are alive FindCoordinator answers COORDINATOR_NOT_AVAILABLE.
+        brokers = self.broker.image.brokers.values()
+        rf = max(1, min(self.replication_factor, len(brokers)))
+        live = sum(1 for b in brokers if not b.fenced)
+        if live < rf:
+            log.info("not creating %s yet: %d of the %d brokers its replication factor needs are alive",
+                     OFFSETS_TOPIC, live, rf)
+            return
         body = {"topics": [{"topic": OFFSETS_TOPIC, "num_partitions": self.num_partitions,
                             "replication_factor": rf,
                             # Time retention, no compaction: live keys are written again before

@@ -38,6 +38,7 @@ from minibroker.net.tls import listener_protocol, server_context
 from minibroker.protocol.api import ApiKey
 
 _O = TypeVar("_O", Outcome, Outcome | None)
+_T = TypeVar("_T")
 
 log = logging.getLogger("minibroker.controller")
 event_log = logging.getLogger("minibroker.controller.events")
@@ -234,32 +235,29 @@ class ControllerServer:
             self._die(exc)
             raise
 
-    async def _decide(self, fn: Callable[..., _O], *args: Any) -> _O:
-        """Run one core decision and commit it. Should the core raise (a bug), whatever it had
-        already applied is still persisted, then the error propagates (UNKNOWN_SERVER_ERROR)."""
+    async def _run_core(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """Call a core decision. Should the core raise (a bug), whatever it had already
+        applied is still persisted, then the error propagates (UNKNOWN_SERVER_ERROR)."""
         try:
-            out = fn(*args)
+            return fn(*args)
         except Exception:
             partial = self.core.take_partial()
             log.exception("controller decision %s failed; persisting %d already-applied record(s)",
                           getattr(fn, "__name__", fn), len(partial.records))
             await self._commit(partial)
             raise
+
+    async def _decide(self, fn: Callable[..., _O], *args: Any) -> _O:
+        """Run one core decision and commit it (`_run_core`)."""
+        out = await self._run_core(fn, *args)
         if out is not None:
             await self._commit(out)
         return out
 
     async def _decide_all(self, fn: Callable[..., list[Outcome]], *args: Any) -> list[Outcome]:
         """`_decide` for a decision that returns several outcomes (the core's `tick`): each
-        is committed, in order; should the core raise, what it applied is still persisted."""
-        try:
-            outs = fn(*args)
-        except Exception:
-            partial = self.core.take_partial()
-            log.exception("controller decision %s failed; persisting %d already-applied record(s)",
-                          getattr(fn, "__name__", fn), len(partial.records))
-            await self._commit(partial)
-            raise
+        is committed, in order."""
+        outs = await self._run_core(fn, *args)
         for out in outs:
             await self._commit(out)
         return outs

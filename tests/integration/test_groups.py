@@ -67,10 +67,10 @@ async def test_members_share_partitions_after_a_join_and_take_them_back_after_a_
 
 async def test_only_the_coordinator_answers_for_a_group_others_say_not_coordinator(gc):
     async with Admin(gc.bootstrap) as admin:
-        _, found = await admin.net.request_any(ApiKey.FIND_COORDINATOR, {"key": "g2"})
-        while found["error"]:          # the offsets topic is created on first use
-            await asyncio.sleep(0.1)
-            _, found = await admin.net.request_any(ApiKey.FIND_COORDINATOR, {"key": "g2"})
+        async def coordinator_found():             # the offsets topic is created on first use
+            _, resp = await admin.net.request_any(ApiKey.FIND_COORDINATOR, {"key": "g2"})
+            return None if resp["error"] else resp
+        found = await until(coordinator_found, "a coordinator for g2", timeout_s=60, interval_s=0.1)
         other = next(b for b in gc.broker_ids if b != found["node_id"])
         host, port = gc.broker_address(other).rsplit(":", 1)
         resp = await admin.net.request_address((host, int(port)), ApiKey.HEARTBEAT,
@@ -79,10 +79,10 @@ async def test_only_the_coordinator_answers_for_a_group_others_say_not_coordinat
         join = {"group_id": "g2", "session_timeout_ms": 6000, "protocol_type": "consumer",
                 "protocols": [{"name": "range", "metadata": b""}]}
         addr = (found["host"], found["port"])
-        first = await admin.net.request_address(addr, ApiKey.JOIN_GROUP, join)
-        while first["error"] == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
-            await asyncio.sleep(0.1)
-            first = await admin.net.request_address(addr, ApiKey.JOIN_GROUP, join)
+        async def loaded_join():
+            resp = await admin.net.request_address(addr, ApiKey.JOIN_GROUP, join)
+            return None if resp["error"] == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS else resp
+        first = await until(loaded_join, "the coordinator to finish loading", timeout_s=60, interval_s=0.1)
         assert first["error"] == ErrorCode.MEMBER_ID_REQUIRED and first["member_id"]
         joined = await admin.net.request_address(addr, ApiKey.JOIN_GROUP, {**join, "member_id": first["member_id"]})
         assert joined["error"] == 0 and joined["leader"] == first["member_id"] and joined["generation_id"] == 1

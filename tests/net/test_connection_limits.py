@@ -10,6 +10,7 @@ import struct
 import msgpack
 
 from minibroker.net.server import Dispatcher, HandlerSpec, serve
+from minibroker.testing.wait import until
 from minibroker.protocol.api import ApiKey
 from minibroker.protocol.framing import decode_body, decode_body_chunked, encode_frame, encode_frame_chunked
 
@@ -49,8 +50,7 @@ async def test_no_more_than_the_window_of_requests_is_read_until_one_is_answered
     r, w = await asyncio.open_connection("127.0.0.1", port)
     w.write(b"".join(frame({"api": int(ApiKey.EVENTS), "v": 0, "id": i, "client": "c", "from_seq": i,
                             "max_wait_ms": 0, "max_events": 1}) for i in range(10)))
-    while len(started) < 3:
-        await asyncio.sleep(0.01)
+    await until(lambda: len(started) >= 3, "the window's three requests to start", timeout_s=30, interval_s=0.01)
     await asyncio.sleep(0.1)             # an absence check: nothing beyond the window starts
     assert started == [0, 1, 2]
     release.set()

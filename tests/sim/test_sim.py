@@ -180,16 +180,16 @@ def test_virtual_time_jumps_to_the_next_timer_and_a_paused_process_runs_later():
 
     async def ticker() -> None:
         for _ in range(3):
-            await asyncio.sleep(10)
+            await asyncio.sleep(10)         # virtual time on the SimLoop: the behaviour under test
             ran.append(loop.time())
 
     async def main() -> None:
         loop.spawn(proc, ticker())
-        await asyncio.sleep(15)
+        await asyncio.sleep(15)             # virtual time: the behaviour under test (no wall clock)
         proc.paused = True
         await asyncio.sleep(20)             # the tick due at 20 waits for the resume at 35
         loop.resume(proc)
-        await asyncio.sleep(20)
+        await asyncio.sleep(20)             # virtual time: the behaviour under test
     loop.run_until_complete(main())
     loop.close()
     assert ran == [10.0, 35.0, 45.0]

@@ -115,11 +115,16 @@ class _Pipe:
         net, dst = self.net, self.dst
         now = net.loop.time()
         while self.queue and self.queue[0][0] <= now:
-            if net.is_cut(self.src, dst.host) or dst.reading_paused:
-                return                     # resumed by heal() / resume_reading()
+            if net.is_cut(self.src, dst.host):
+                net.held.add(self)         # resumed by heal()
+                return
+            if dst.reading_paused:
+                return                     # resumed by resume_reading()
             _, kind, data = self.queue.popleft()
             if dst.lost:
                 self.queue.clear()
+                if kind == _DATA and dst.out is not None and dst.peer is not None and not dst.peer.lost:
+                    dst.out.send(_RST)     # the kernel answers a segment for a closed socket with a reset
                 return
             if kind == _DATA:
                 net.delivered += 1
@@ -159,6 +164,7 @@ class SimTransport(asyncio.Transport):
         self.lost = False
         self.reading_paused = False
         self.serial = 0
+        self.write_limits = (64 * 1024, 16 * 1024)   # recorded only: writes leave at once, nothing buffers
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return {"peername": self.peername, "sockname": self.sockname}.get(name, default)
@@ -175,6 +181,12 @@ class SimTransport(asyncio.Transport):
 
     def get_write_buffer_size(self) -> int:
         return 0
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        self.write_limits = (high or 64 * 1024, low if low is not None else (high or 64 * 1024) // 4)
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return self.write_limits
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if self.closing or self.out is None:
@@ -255,6 +267,7 @@ class SimNetwork:
         self._listeners: dict[tuple[str, int], SimServer] = {}
         self._transports: dict[int, SimTransport] = {}
         self._cut: set[tuple[str, str]] = set()
+        self.held: set[_Pipe] = set()      # pipes stopped by a cut (live or not), kicked on heal
         self._ports: dict[str, int] = {}
         self.delivered = 0
         self.requests = 0
@@ -280,9 +293,13 @@ class SimNetwork:
             self._cut.clear()
         else:
             self._cut.discard((src, dst))  # type: ignore[arg-type]
+        held = sorted(self.held, key=lambda p: p.serial)
+        self.held.clear()
         for t in self._ordered_transports():
             if t.out is not None:
                 t.out.kick()
+        for pipe in held:                 # pipes of closed sockets too: a reset held by the cut
+            pipe.kick()
 
     def _ordered_transports(self) -> list[SimTransport]:
         return [self._transports[k] for k in sorted(self._transports, key=lambda k: self._transports[k].serial)]

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import sys
+import threading
 import time
 from collections import Counter
 from typing import Any
@@ -48,14 +50,40 @@ class _Report:
         return f"{self.failed} record(s) failed ({by_code})"
 
 
-async def _stdin_chunks():
+async def _stdin_chunks(stop: asyncio.Event):
+    """Chunks of stdin until EOF, or until `stop` is set (the first Ctrl-C). A daemon
+    thread reads: a read blocked on a terminal or pipe must not keep the process alive."""
     loop = asyncio.get_running_loop()
+    chunks: asyncio.Queue[bytes] = asyncio.Queue(maxsize=4)
     fd = sys.stdin.fileno()
-    while True:
-        chunk = await loop.run_in_executor(None, os.read, fd, 1 << 16)
-        if not chunk:
-            return
-        yield chunk
+
+    def reader() -> None:
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except OSError:
+                chunk = b""
+            try:
+                asyncio.run_coroutine_threadsafe(chunks.put(chunk), loop).result()
+            except (RuntimeError, concurrent.futures.CancelledError):
+                return                          # the loop is gone: the command has finished
+            if not chunk:
+                return
+    threading.Thread(target=reader, name="stdin", daemon=True).start()
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        while True:
+            got = asyncio.ensure_future(chunks.get())
+            await asyncio.wait([got, stopped], return_when=asyncio.FIRST_COMPLETED)
+            if not got.done():
+                got.cancel()
+                return
+            chunk = got.result()
+            if not chunk:
+                return
+            yield chunk
+    finally:
+        stopped.cancel()
 
 
 @click.command()
@@ -107,6 +135,10 @@ def produce(bootstrap_server: str | None, topic: str, acks: str, partition: int 
                    f"({rate * size / 1e6:.2f} MB/s) in {elapsed:.2f} s", err=True)
     else:
         run_async(_lines(reachable_bootstrap(bootstrap_server), cfg, topic, partition, key_separator, report))
+        if report.interrupted:
+            unacked = report.sent - report.acked - report.failed
+            click.echo(f"Interrupted (Ctrl-C) after {report.sent} records: {report.acked} acknowledged, "
+                       f"{report.failed} failed, {unacked} without an answer", err=True)
     if report.failed:
         click.echo(report.summary(), err=True)
         sys.exit(1)
@@ -162,18 +194,25 @@ async def _lines(bootstrap: str, cfg: dict[str, Any], topic: str, partition: int
     async with Producer(bootstrap, cfg) as producer:
         producer.on_batch_done = report.on_batch
         await _require_topic(producer, topic)
+        stop = interrupt_event()
         pending = b""
         sep_b = sep.encode() if sep else None
-        async for chunk in _stdin_chunks():
+        async for chunk in _stdin_chunks(stop):
             pending += chunk
             *lines, pending = pending.split(b"\n")
             for line in lines:
                 key, value = _split(line.rstrip(b"\r"), sep_b)
                 await _send(producer, report, topic, value, key, partition)
-        if pending:
+                report.sent += 1
+        if pending and not stop.is_set():      # a partial last line is sent at EOF, not on Ctrl-C
             key, value = _split(pending.rstrip(b"\r"), sep_b)
             await _send(producer, report, topic, value, key, partition)
-        await producer.flush()
+            report.sent += 1
+        try:
+            await asyncio.wait_for(producer.flush(), 10 if stop.is_set() else None)
+        except TimeoutError:
+            pass
+        report.interrupted = stop.is_set()
 
 
 def _split(line: bytes, sep: bytes | None) -> tuple[bytes | None, bytes]:

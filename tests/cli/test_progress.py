@@ -24,7 +24,7 @@ def env_of(c):
 def start(c, *args, **kw):
     return subprocess.Popen([sys.executable, "-m", "minibroker.cli", *args], env=env_of(c),
                             stdout=kw.pop("stdout", subprocess.PIPE), stderr=kw.pop("stderr", subprocess.PIPE),
-                            stdin=subprocess.DEVNULL, **kw)
+                            stdin=kw.pop("stdin", subprocess.DEVNULL), **kw)
 
 
 def end_offset(c, topic):
@@ -104,3 +104,24 @@ def test_consume_shows_progress_on_a_terminal_stderr_while_records_go_to_a_pipe(
     assert p.returncode == 0
     assert len(out.splitlines()) == 500
     assert b"consuming" in seen and b"Processed a total of 500 messages" in seen
+
+
+def test_ctrl_c_on_produce_from_stdin_prints_a_summary(cluster):
+    make_topic(cluster, "typed")
+    p = start(cluster, "produce", "--topic", "typed", stdin=subprocess.PIPE)
+    assert p.stdin is not None and p.stderr is not None
+    try:
+        p.stdin.write(b"one\ntwo\nthree\n")
+        p.stdin.flush()                      # stdin stays open, as at a terminal: only Ctrl-C ends it
+        until_sync(lambda: p.poll() is None and end_offset(cluster, "typed") >= 3, "3 records in typed",
+                   timeout_s=60)
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=60)
+        text = p.stderr.read().decode()
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.stdin.close()
+    assert p.returncode == 130, text
+    assert "Interrupted (Ctrl-C) after 3 records: 3 acknowledged, 0 failed, 0 without an answer" in text, text
+    assert "Traceback" not in text

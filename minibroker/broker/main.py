@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import sys
 
 from minibroker.broker.server import BrokerServer
@@ -62,6 +63,20 @@ def run(config: Config) -> int:
     server = BrokerServer(config)
     tune_gc()
     raise_fd_limit()
+    profile_dir = os.environ.get("MB_CPROFILE_DIR", "")
+    if profile_dir:                       # bench/profile_cluster.py: a cProfile of the whole run
+        import cProfile
+        prof = cProfile.Profile()
+        prof.enable()
+        try:
+            return _run_loop(server)
+        finally:
+            prof.disable()
+            prof.dump_stats(os.path.join(profile_dir, f"broker-{server.node_id}.prof"))
+    return _run_loop(server)
+
+
+def _run_loop(server: BrokerServer) -> int:
     try:
         import uvloop
         return uvloop.run(server.run())

@@ -32,6 +32,7 @@ from typing import Any
 
 from minibroker import clock
 from minibroker.broker.server import BrokerServer
+from minibroker.client.accumulator import ProducerBatch
 from minibroker.client.admin import Admin, NewTopic
 from minibroker.client.consumer import Consumer
 from minibroker.client.producer import Producer
@@ -47,7 +48,8 @@ from minibroker.sim.loop import SimLoop, SimProcess
 from minibroker.sim.net import SimNetwork
 from minibroker.sim.storage import SimDisk
 from minibroker.storage.manager import partition_dir_name
-from minibroker.verify.checker import Read
+from minibroker.verify.checker import DEFINITE_FAILURES, Read
+from minibroker.verify.producer import RETRIED
 from minibroker.verify.replicas import read_partition
 
 TOPIC = "t"
@@ -125,6 +127,7 @@ class World:
         self.net = SimNetwork(self.loop, seed)
         self.disk = SimDisk(root)
         self.inv = Invariants(max_idle_requests_per_partition_s=settings.max_idle_requests_per_partition_s)
+        self.retried: set[str] = set()     # values of batches the producer resent (outcome not definite)
         self.trace: list[str] = []
         self.procs: dict[str, SimProcess] = {}
         self.brokers: dict[int, BrokerServer] = {}
@@ -322,6 +325,7 @@ class World:
         prod = Producer(self.bootstrap, {"acks": "all", "linger.ms": "5", "request.timeout.ms": "3000",
                                          "delivery.timeout.ms": "10000", "retry.backoff.ms": "100",
                                          "max.block.ms": "5000", "client.id": "sim-producer"})
+        prod.on_retry = self._on_retry
         seq = 0
         pending: set[asyncio.Task] = set()
         while not self.stopping:
@@ -335,12 +339,19 @@ class World:
             pending.add(task)
             task.add_done_callback(pending.discard)
 
+    def _on_retry(self, batch: ProducerBatch, err: KafkaError) -> None:
+        """The producer resends `batch`: its records' outcome is no longer definite (as verify's)."""
+        self.retried.update(rec[1].decode() for rec in batch.records)
+
     async def _send(self, prod: Producer, value: str, part: int, seq: int) -> None:
         try:
             fut = await prod.send(TOPIC, value.encode(), partition=part)
             md = await fut
         except KafkaError as exc:
-            self.inv.on_failure(value, part, exc.code.name if hasattr(exc.code, "name") else str(exc.code), seq)
+            name = exc.code.name if hasattr(exc.code, "name") else str(exc.code)
+            if value in self.retried and name in DEFINITE_FAILURES:
+                name = RETRIED + name        # an earlier attempt may have appended it: not a definite failure
+            self.inv.on_failure(value, part, name, seq)
             return
         self.inv.on_ack(value, md.partition, md.offset, seq)
         self.note(f"ack {value} {md.partition}:{md.offset}")

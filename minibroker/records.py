@@ -302,6 +302,49 @@ def iter_records(buf: bytes | bytearray | memoryview, *, min_offset: int = 0,
                 yield Record(r.offset, -1 if ts is None else ts, r.key, r.value)
 
 
+try:
+    from minibroker._recordscan import decode as _c_decode
+except ImportError:                    # built without a C compiler: the aiokafka path below
+    _c_decode = None
+
+_PLAIN_BATCH = ~(TIMESTAMP_TYPE_LOG_APPEND) & 0xFFFF   # attribute bits the C decoder cannot take (codec, control)
+
+
+def decode_into(out: list[Any], buf: bytes | bytearray | memoryview, topic: str, partition: int,
+                record_type: type, *, min_offset: int = 0, stop_offset: int = -1) -> int | None:
+    """The consumer's decoder: append `record_type(topic, partition, offset, timestamp, key, value,
+    headers, leader_epoch)` (a NamedTuple) to `out` for every record of the concatenated batches in
+    `buf` at or above `min_offset` and below `stop_offset` (when >= 0). Returns the offset after the
+    last record appended, None if none. Verifies CRCs as `iter_records` does (KafkaError
+    CORRUPT_MESSAGE); uncompressed batches are decoded in C without a Python call per record."""
+    mv = memoryview(buf)
+    last = None
+    for h in iter_batch_headers(mv, verify_crc=True):
+        if h.base_offset + h.last_offset_delta < min_offset:
+            continue
+        if 0 <= stop_offset <= h.base_offset:
+            break
+        append_time = h.max_timestamp if h.attributes & TIMESTAMP_TYPE_LOG_APPEND else None
+        if _c_decode is not None and not h.attributes & _PLAIN_BATCH:
+            before = len(out)
+            try:
+                _c_decode(mv[h.position + HEADER_SIZE: h.position + h.size], h.record_count, h.base_offset,
+                          h.first_timestamp, append_time, min_offset, stop_offset, record_type, topic,
+                          partition, h.leader_epoch, out)
+            except ValueError as exc:
+                raise _corrupt(f"batch at offset {h.base_offset}: {exc}") from None
+            if len(out) > before:
+                last = out[-1].offset
+            continue
+        for r in iter_records(mv[h.position: h.position + h.size], min_offset=min_offset, with_headers=True):
+            if 0 <= stop_offset <= r.offset:
+                break
+            out.append(record_type(topic, partition, r.offset, r.timestamp, r.key, r.value,
+                                   r.headers, h.leader_epoch))                       # type: ignore[union-attr]
+            last = r.offset
+    return None if last is None else last + 1
+
+
 def decode_rows(batch: bytes) -> list[tuple[bytes | None, bytes | None, int, tuple[tuple[str, bytes | None], ...]]]:
     """(key, value, timestamp, headers) per record of one client batch (reports, tests)."""
     return [(r.key, r.value, r.timestamp, r.headers) for r in iter_records(batch, with_headers=True)

@@ -526,31 +526,27 @@ class ReplicaManager:
         answer after the local append; acks=-1: until the core resolves every appended
         partition or timeout_ms passes."""
         acks = body["acks"]
-        now = self.clock()
         valid_acks = acks in (-1, 0, 1)
-        topics_out = []
+        topics_out: list[dict] = []
         appended: list[_LocalAppend] = []
-        failed = False
         done = 0
-        for t in body["topics"]:
-            plist = []
-            for p in t["partitions"]:
-                done += 1
-                if done % REQUEST_SLICE == 0 or is_compressed(p["records"]):
-                    # issue 10: no request holds the loop; a compressed batch's check may
-                    # decompress up to 16 x max.message.bytes, so each gets its own turn
-                    await asyncio.sleep(0)
-                if valid_acks:
-                    res = self._append_to_local_log(t["topic"], p, acks, now)
-                else:
-                    res = _LocalAppend(_produce_entry(p["partition"], ErrorCode.INVALID_REQUIRED_ACKS,
-                                                      f"acks must be -1, 0 or 1, not {acks}"))
-                plist.append(res.entry)
-                if res.part is None:
-                    failed = True
-                else:
-                    appended.append(res)
-            topics_out.append({"topic": t["topic"], "partitions": plist})
+        conn = ctx.conn if ctx is not None else None
+        # One connection's produces append in arrival order, as Kafka handles a connection's requests
+        # one at a time: this one may yield below (a slice, a compressed batch), the next may not.
+        before = getattr(conn, "produce_appending", None)
+        appending: asyncio.Future[None] | None = None
+        if conn is not None:
+            appending = asyncio.get_running_loop().create_future()
+            conn.produce_appending = appending
+        try:
+            if before is not None and not before.done():
+                await asyncio.shield(before)
+            now = self.clock()
+            done = await self._append_all(body, acks, valid_acks, now, topics_out, appended)
+        finally:
+            if appending is not None and not appending.done():
+                appending.set_result(None)
+        failed = done < 0
         flushes = [(r.part, r.next_offset, r.entry) for r in appended
                    if r.part is not None and (self.fsync_before_ack or
                                               (acks == -1 and r.part.log.config.flush_on_acks_all))]
@@ -574,6 +570,33 @@ class ReplicaManager:
         for entry, code, message in flush_errors:          # not acknowledged if not on disk
             entry["error"], entry["message"] = code, message
         return {"topics": topics_out}
+
+    async def _append_all(self, body: dict, acks: int, valid_acks: bool, now: int, topics_out: list[dict],
+                          appended: list[_LocalAppend]) -> int:
+        """Append every partition of a Produce (filling `topics_out` and `appended`); returns the
+        number of partitions, negated when some partition failed."""
+        failed = False
+        done = 0
+        for t in body["topics"]:
+            plist = []
+            for p in t["partitions"]:
+                done += 1
+                if done % REQUEST_SLICE == 0 or is_compressed(p["records"]):
+                    # issue 10: no request holds the loop; a compressed batch's check may
+                    # decompress up to 16 x max.message.bytes, so each gets its own turn
+                    await asyncio.sleep(0)
+                if valid_acks:
+                    res = self._append_to_local_log(t["topic"], p, acks, now)
+                else:
+                    res = _LocalAppend(_produce_entry(p["partition"], ErrorCode.INVALID_REQUIRED_ACKS,
+                                                      f"acks must be -1, 0 or 1, not {acks}"))
+                plist.append(res.entry)
+                if res.part is None:
+                    failed = True
+                else:
+                    appended.append(res)
+            topics_out.append({"topic": t["topic"], "partitions": plist})
+        return -done if failed else done
 
     def _append_to_local_log(self, topic: str, p: dict, acks: int, now: int) -> _LocalAppend:
         """One partition of a Produce (Kafka appendToLocalLog / appendRecordsToLeader):

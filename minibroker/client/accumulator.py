@@ -61,6 +61,8 @@ def _default_format() -> tuple[Callable[[], Builder], Decoder]:
     return new_builder, decode_rows
 
 
+_NO_HEADERS: list[Any] = []     # shared, never mutated: the builder only reads it
+
 class ProducerBatch:
     """Records for one partition that travel and are acknowledged together.
 
@@ -115,7 +117,7 @@ class ProducerBatch:
             self.mixed_ts = True
             if timestamp_ms > self.max_ts:
                 self.max_ts = timestamp_ms
-        self.builder.append(n, timestamp_ms, key, value, headers or [])
+        self.builder.append(n, timestamp_ms, key, value, headers or _NO_HEADERS)
         self.count = n + 1
         self.size += size
         return n
@@ -228,7 +230,7 @@ class RecordAccumulator:
         if b is not None:
             if b.size + size <= b.max_size:
                 n = b.count
-                b.builder.append(n, timestamp_ms, key, value, headers or [])  # type: ignore[union-attr]
+                b.builder.append(n, timestamp_ms, key, value, headers or _NO_HEADERS)  # type: ignore[union-attr]
                 b.count = n + 1
                 if timestamp_ms != b.first_ts:
                     b.mixed_ts = True

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from typing import Any
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 
@@ -27,7 +26,7 @@ from minibroker.client.retry import needs_metadata
 from minibroker.client.types import ConsumerRecord, TopicPartition
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.protocol.api import ApiKey
-from minibroker.records import iter_records
+from minibroker.records import decode_into
 
 log = logging.getLogger("minibroker.consumer")
 
@@ -49,7 +48,7 @@ class Consumer:
         self.partition_max_bytes = self.cfg.get_int("max.partition.fetch.bytes")
         self.max_poll_records = self.cfg.get_int("max.poll.records")
         self.request_timeout_ms = self.cfg.get_int("request.timeout.ms")
-        self._buffers: dict[TopicPartition, deque[ConsumerRecord]] = {}
+        self._buffers: dict[TopicPartition, RecordBuffer] = {}
         self._fetches: dict[int, asyncio.Task] = {}     # Invariant: at most one Fetch in flight per broker
         self._resets: set[asyncio.Task] = set()
         self._changed = asyncio.Event()                 # set when anything a poll may wait for happened
@@ -92,7 +91,7 @@ class Consumer:
     def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
         tps = [TopicPartition(*tp) for tp in partitions]
         self.state.assign(tps)
-        self._buffers = {tp: self._buffers.get(tp, deque()) for tp in tps}
+        self._buffers = {tp: self._buffers.get(tp) or RecordBuffer() for tp in tps}
         self.net.want_topics({tp.topic for tp in tps})
         self._changed.set()
 
@@ -213,8 +212,12 @@ class Consumer:
     def _drain(self, limit: int) -> list[ConsumerRecord]:
         out: list[ConsumerRecord] = []
         for buf in self._buffers.values():
-            while buf and len(out) < limit:
-                out.append(buf.popleft())
+            if buf:
+                got = buf.take(limit - len(out))
+                if out:
+                    out += got
+                else:
+                    out = got
             if len(out) >= limit:
                 break
         return out
@@ -367,17 +370,57 @@ class Consumer:
             self.state.parts[tp].in_flight = False
 
     def _buffer_records(self, tp: TopicPartition, position: int | None, hw: int, records: bytes) -> int | None:
+        """Decode a fetched partition's records into its buffer (never a record at or above the HW)."""
         if not records or position is None:
             return None
-        buf = self._buffers[tp]
-        last = None
+        fresh: list[ConsumerRecord] = []
         try:
-            for r in iter_records(records, min_offset=position, with_headers=True):
-                if 0 <= hw <= r.offset:
-                    break                                # never hand out a record at or above the HW
-                buf.append(ConsumerRecord(tp.topic, tp.partition, r.offset, r.timestamp, r.key, r.value,
-                                          r.headers))
-                last = r.offset
+            nxt = decode_into(fresh, records, tp.topic, tp.partition, ConsumerRecord, min_offset=position,
+                              stop_offset=hw if hw >= 0 else -1)
         except KafkaError as exc:
             self._errors.append(KafkaError(exc.code, f"{tp} at offset {position}: {exc.message}"))
-        return None if last is None else last + 1
+            nxt = fresh[-1].offset + 1 if fresh else None
+        self._buffers[tp].extend(fresh)
+        return nxt
+
+
+class RecordBuffer:
+    """Fetched records of one partition not yet returned by poll(): whole decoded lists,
+    handed out by slicing (no per-record work). Invariant: `_pos` <= len(`_records`)."""
+
+    __slots__ = ("_records", "_pos")
+
+    def __init__(self) -> None:
+        self._records: list[ConsumerRecord] = []
+        self._pos = 0
+
+    def __len__(self) -> int:
+        return len(self._records) - self._pos
+
+    def __getitem__(self, i: int) -> ConsumerRecord:
+        if i != 0 or not len(self):
+            raise IndexError(i)
+        return self._records[self._pos]
+
+    def extend(self, records: list[ConsumerRecord]) -> None:
+        if not records:
+            return
+        if not len(self):
+            self._records, self._pos = records, 0
+        else:
+            self._records = self._records[self._pos:] + records
+            self._pos = 0
+
+    def take(self, n: int) -> list[ConsumerRecord]:
+        pos, recs = self._pos, self._records
+        if pos == 0 and n >= len(recs):
+            self._records = []
+            return recs
+        out = recs[pos:pos + n]
+        self._pos = pos + len(out)
+        if self._pos >= len(recs):
+            self._records, self._pos = [], 0
+        return out
+
+    def clear(self) -> None:
+        self._records, self._pos = [], 0

@@ -321,7 +321,7 @@ class Producer:
         if size > self.max_request_size:
             raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
                              f"record of {size} bytes is larger than max.request.size={self.max_request_size}")
-        now = now_ms()
+        now = clock.now_ms()
         tp = self._tps[topic][partition]
         while True:
             try:

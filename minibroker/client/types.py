@@ -34,8 +34,10 @@ class RecordMetadata:
     timestamp: int
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumerRecord:
+class ConsumerRecord(NamedTuple):
+    """One record as poll() returns it (Kafka's ConsumerRecord). A NamedTuple so the
+    consumer's C decoder (minibroker.records.decode_into) builds it without a Python call;
+    `leader_epoch` is the epoch stamped on its batch."""
     topic: str
     partition: int
     offset: int

@@ -146,7 +146,13 @@ class ServerConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._decoder = FrameDecoder(dispatcher.max_frame_bytes)
         self._slots: deque[asyncio.Future] = deque()
+        # Invariant: frames decoded but not yet dispatched, in arrival order, each [slot, decoded or None];
+        # non-empty only while some frame's decode runs off the loop. Requests are dispatched in
+        # arrival order (as Kafka handles one connection's requests in order): a small frame
+        # never overtakes a large one still being decoded.
+        self._undispatched: deque[list[Any]] = deque()
         self._tasks: set[asyncio.Task] = set()
+        self.produce_appending: asyncio.Future[None] | None = None   # the last produce's append phase
         self._closed = False
         self._write_paused = False
         self._reading_paused = False
@@ -301,20 +307,27 @@ class ServerConnection(asyncio.Protocol):
             except FramingError as exc:
                 self.abort(f"framing error: {exc}")
                 return
-            self._on_request(msg, slot, None)
+            if not self._undispatched:
+                self._on_request(msg, slot, None)
+            else:
+                self._undispatched.append([slot, (msg, None)])
             return
-        task = asyncio.ensure_future(self._decode_large(body, slot))
+        entry: list[Any] = [slot, None]
+        self._undispatched.append(entry)
+        task = asyncio.ensure_future(self._decode_large(body, entry))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _decode_large(self, body: bytes, slot: asyncio.Future) -> None:
+    async def _decode_large(self, body: bytes, entry: list[Any]) -> None:
         loop = asyncio.get_running_loop()
         try:
-            msg, validated = await loop.run_in_executor(_DECODER, _decode_and_validate, body)
+            entry[1] = await loop.run_in_executor(_DECODER, _decode_and_validate, body)
         except FramingError as exc:
             self.abort(f"framing error: {exc}")
             return
-        if not self._closed:
+        pending = self._undispatched
+        while pending and pending[0][1] is not None and not self._closed:
+            slot, (msg, validated) = pending.popleft()
             self._on_request(msg, slot, validated)
 
     def _on_request(self, msg: dict[str, Any], slot: asyncio.Future, validated: Any) -> None:

@@ -14,8 +14,10 @@ import struct
 import time
 from dataclasses import dataclass
 
+from minibroker.client.accumulator import ProducerBatch
 from minibroker.client.consumer import Consumer
 from minibroker.client.producer import Producer
+from minibroker.errors import KafkaError
 
 STAMP = struct.Struct(">q")
 TICK_S = 0.001            # the pacing step: each tick sends what the rate owes by then
@@ -28,6 +30,10 @@ class EndToEnd:
     sent: int
     send_seconds: float
     latencies_ms: list[float]
+    received: int = 0
+    drain_seconds: float = 0.0      # from the last send to the poll that returned the last record
+    failed: int = 0                 # records the producer could not write (never to come back)
+    first_error: str = ""
 
     @property
     def achieved_rate(self) -> float:
@@ -43,16 +49,20 @@ async def end_to_end(bootstrap: str, topic: str, *, rate: float, seconds: float,
     lat: list[float] = []
     received = 0
     warm_ns = 0
+    last_poll = 0.0
+    failed = 0
+    first_error = ""
+    expected = total                # lowered by the records that failed, once the producer has flushed
+    sends_done = 0.0
     async with Consumer(bootstrap, {"auto.offset.reset": "earliest", "max.poll.records": "100000",
                                     "fetch.max.wait.ms": "100"}) as c:
         await c.assign_topic(topic, [0])
         await c.position((topic, 0))
 
         async def consume() -> None:
-            nonlocal received
+            nonlocal received, last_poll
             unpack = STAMP.unpack_from
-            deadline = time.perf_counter() + seconds + 60
-            while received < total and time.perf_counter() < deadline:
+            while received < expected and not (sends_done and time.perf_counter() > sends_done + 30):
                 recs = await c.poll(timeout_ms=200)
                 now = time.perf_counter_ns()
                 for r in recs:
@@ -60,11 +70,20 @@ async def end_to_end(bootstrap: str, topic: str, *, rate: float, seconds: float,
                     if sent_ns >= warm_ns:
                         lat.append((now - sent_ns) / 1e6)
                 received += len(recs)
+                if recs:
+                    last_poll = time.perf_counter()
 
         async with Producer(bootstrap, {"acks": "all", "linger.ms": str(linger_ms), "batch.size": "262144",
                                         "max.request.size": "4194304"}) as p:
             await p.partitions_for(topic)
             await p.send_and_wait(topic, STAMP.pack(0) + pad, partition=0)     # connections up
+
+            def done(batch: ProducerBatch, _base: int, err: KafkaError | None) -> None:
+                nonlocal failed, first_error
+                if err is not None:
+                    failed += len(batch)
+                    first_error = first_error or str(err)
+            p.on_batch_done = done
             received -= 1                                                         # that one is not counted
             start = time.perf_counter()
             warm_ns = time.perf_counter_ns() + int(min(WARMUP_S, seconds / 5) * 1e9)
@@ -79,5 +98,8 @@ async def end_to_end(bootstrap: str, topic: str, *, rate: float, seconds: float,
                 await asyncio.sleep(TICK_S)
             send_seconds = time.perf_counter() - start
             await p.flush()
+            sends_done = time.perf_counter()
+            expected = total - failed
         await reader
-    return EndToEnd(rate, sent, send_seconds, lat)
+    return EndToEnd(rate, sent, send_seconds, lat, received, max(0.0, last_poll - start - send_seconds), failed,
+                     first_error)

@@ -161,6 +161,13 @@ async def _e2e(opts: BenchOptions, admin: Admin, bootstrap: str, topic: str, fig
     notes = []
     if r.achieved_rate < 0.95 * rate:
         notes.append(f"the producer reached only {r.achieved_rate:,.0f} records/s")
+    if r.failed:
+        notes.append(f"{r.failed:,} of {r.sent:,} records failed to send, first: {r.first_error}")
+    if r.received < r.sent - r.failed:
+        notes.append(f"only {r.received:,} of {r.sent - r.failed:,} written records came back")
+    if r.drain_seconds > max(1.0, 0.2 * opts.e2e_seconds):
+        notes.append(f"the last record came back {r.drain_seconds:.1f} s after the last send: producer, brokers "
+                     f"and consumer together did not keep up with this rate")
     out(f"end-to-end at {rate:,.0f} records/s (half the batched rate): p50 {p50:.3f} ms, p99 {p99:.3f} ms"
         + (f" ({'; '.join(notes)})" if notes else ""))
     fig.update(e2e_rate=rate, e2e_p50_ms=p50, e2e_p99_ms=p99)

@@ -4,7 +4,7 @@ same sitting and print minibroker's figures as ratios to it.
 The ceiling script (any path; the project never ships or imports it) is run as
 `python PATH all --runs R --seconds S --fsync 0`; it prints one JSON line per case
 and run (`{"run", "case", "rec_s", "p50_us", "p99_us", ...}`). This module only
-runs it, takes the median per case and divides."""
+runs it, takes the median per case and divides (the goal table is figures.py's)."""
 from __future__ import annotations
 
 import json
@@ -12,10 +12,8 @@ import statistics
 import subprocess
 import sys
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-
-from minibroker.bench.produce import BenchResult, pct
 
 
 @dataclass(frozen=True)
@@ -61,19 +59,20 @@ def run_ceiling(path: str, runs: int, seconds: float, out: Callable[[str], None]
     return ceiling
 
 
-def ratio_lines(res: BenchResult, ceiling: Ceiling) -> list[str]:
-    """minibroker's figures over the ceiling's matching cases (issue 13's goals)."""
+def ratio_lines(fig: Mapping[str, float], ceiling: Ceiling) -> list[str]:
+    """minibroker's figures (one run's, or the medians over the runs: `batched_rate`,
+    `awaited_rate`, `awaited_p50_ms`, `awaited_p99_ms`) over the ceiling's matching cases."""
     lines = []
+    batched = fig.get("batched_rate")
     for prefix in ("blob 100 ", "blob 1000 "):
         case = ceiling.case(prefix)
-        if case and ceiling.rec_s[case] and res.batched_seconds:
-            lines.append(f"ratio batched / ceiling '{case}': {res.batched_rate:,.0f} / "
-                         f"{ceiling.rec_s[case]:,.0f} = {res.batched_rate / ceiling.rec_s[case]:.2f}")
+        if case and ceiling.rec_s[case] and batched:
+            lines.append(f"ratio batched / ceiling '{case}': {batched:,.0f} / "
+                         f"{ceiling.rec_s[case]:,.0f} = {batched / ceiling.rec_s[case]:.2f}")
     case = ceiling.case("awaited")
-    if case and res.latencies_ms:
-        lat = res.latencies_ms
-        rate = len(lat) / (sum(lat) / 1000)
-        p50, p99 = statistics.median(lat) * 1000, pct(lat, 0.99) * 1000
+    rate = fig.get("awaited_rate")
+    if case and rate and ceiling.rec_s[case]:
+        p50, p99 = fig.get("awaited_p50_ms", 0.0) * 1000, fig.get("awaited_p99_ms", 0.0) * 1000
         lines.append(f"ratio awaited rate / ceiling: {rate:,.0f} / {ceiling.rec_s[case]:,.0f} = "
                      f"{rate / ceiling.rec_s[case]:.2f}")
         if ceiling.p50_us[case]:

@@ -1,28 +1,25 @@
-"""`minibroker bench produce`: throughput and latency against a real local cluster.
+"""`minibroker bench produce`: the three classic figures of one run, on one RF=3 topic.
 
-Starts a 3-broker cluster of real processes in a temporary directory (the
-`cluster up` code, free ports, no fault proxy unless asked), creates an RF=3
-topic and measures, with acks=all and 100-byte records:
+With acks=all and 100-byte records:
   1. batched load: records/s and MB/s of a producer sending as fast as the
      buffer allows (linger.ms and batch.size as given);
   2. awaited single records: one record in flight at a time, p50/p99 latency;
   3. consumption: reading everything back from the beginning, records/s.
+Their three lines are parsed by other tools: their format does not change.
+The cluster, the runs and the other figures are runner.py's.
 """
 from __future__ import annotations
 
 import statistics
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any
 from collections.abc import Callable
 
 from minibroker.client.accumulator import ProducerBatch
-from minibroker.client.admin import Admin
 from minibroker.client.consumer import Consumer
 from minibroker.client.producer import Producer
 from minibroker.errors import KafkaError
-from minibroker.testing.cluster import LocalCluster
 
 
 @dataclass
@@ -42,6 +39,21 @@ class BenchResult:
     @property
     def consume_rate(self) -> float:
         return self.consumed / self.consume_seconds if self.consume_seconds else 0.0
+
+    def figures(self, size: int = 100) -> dict[str, float]:
+        """The run's figures by key (figures.py), leaving out what was not measured."""
+        out: dict[str, float] = {}
+        if self.batched_seconds:
+            out["batched_rate"] = self.batched_rate
+            out["batched_mb_s"] = self.batched_rate * size / 1e6
+        if self.latencies_ms:
+            lat = self.latencies_ms
+            out["awaited_rate"] = len(lat) / (sum(lat) / 1000)
+            out["awaited_p50_ms"] = statistics.median(lat)
+            out["awaited_p99_ms"] = pct(lat, 0.99)
+        if self.consume_seconds:
+            out["consume_rate"] = self.consume_rate
+        return out
 
 
 async def produce_batched(bootstrap: str, topic: str, count: int, size: int,
@@ -104,43 +116,24 @@ def pct(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-async def run_bench(*, count: int, size: int, awaited: int, partitions: int, proxied: bool,
-                    producer_cfg: dict[str, Any], overrides: dict[str, str], bootstrap: str | None,
-                    out: Callable[[str], None]) -> BenchResult:
+async def run_classic(bootstrap: str, topic: str, *, count: int, size: int, awaited: int,
+                      producer_cfg: dict[str, Any], out: Callable[[str], None]) -> BenchResult:
+    """Batched, awaited, consume on `topic` (created by the caller), printing the three lines."""
     res = BenchResult()
-    cluster: LocalCluster | None = None
-    tmp: tempfile.TemporaryDirectory | None = None
-    try:
-        if bootstrap is None:
-            tmp = tempfile.TemporaryDirectory(prefix="minibroker-bench-")
-            cluster = LocalCluster.create(tmp.name + "/cluster", free_ports=True, proxied=proxied, overrides=overrides)
-            out(f"starting a 3-broker cluster in {cluster.data_dir} ...")
-            await cluster.up()
-            bootstrap = cluster.bootstrap
-        async with Admin(bootstrap) as admin:
-            topic = f"bench-{int(time.time())}"
-            await admin.create_topic(topic, partitions, 3, {"min.insync.replicas": "2"})
-        out(f"topic {topic}: {partitions} partition(s), RF=3, min.insync.replicas=2, acks=all, {size}-byte records")
+    acked, failed, secs = await produce_batched(bootstrap, topic, count, size, producer_cfg)
+    res.batched_records, res.batched_failed, res.batched_seconds = acked, failed, secs
+    cfg_s = ", ".join(f"{k}={v}" for k, v in producer_cfg.items())
+    out(f"batched ({cfg_s}): {acked:,} records in {secs:.2f} s = {res.batched_rate:,.0f} records/s, "
+        f"{res.batched_rate * size / 1e6:.1f} MB/s" + (f" ({failed} failed)" if failed else ""))
 
-        acked, failed, secs = await produce_batched(bootstrap, topic, count, size, producer_cfg)
-        res.batched_records, res.batched_failed, res.batched_seconds = acked, failed, secs
-        cfg_s = ", ".join(f"{k}={v}" for k, v in producer_cfg.items())
-        out(f"batched ({cfg_s}): {acked:,} records in {secs:.2f} s = {res.batched_rate:,.0f} records/s, "
-            f"{res.batched_rate * size / 1e6:.1f} MB/s" + (f" ({failed} failed)" if failed else ""))
+    if awaited:
+        lat = await produce_awaited(bootstrap, topic, awaited, size)
+        res.awaited, res.latencies_ms = len(lat), lat
+        out(f"awaited single records: {len(lat):,} records, {len(lat) / (sum(lat) / 1000):,.0f} records/s, "
+            f"p50 {statistics.median(lat):.3f} ms, p99 {pct(lat, 0.99):.3f} ms")
 
-        if awaited:
-            lat = await produce_awaited(bootstrap, topic, awaited, size)
-            res.awaited, res.latencies_ms = len(lat), lat
-            out(f"awaited single records: {len(lat):,} records, {len(lat) / (sum(lat) / 1000):,.0f} records/s, "
-                f"p50 {statistics.median(lat):.3f} ms, p99 {pct(lat, 0.99):.3f} ms")
-
-        total = acked + res.awaited + min(50, awaited)
-        n, secs = await consume_all(bootstrap, topic, total)
-        res.consumed, res.consume_seconds = n, secs
-        out(f"consume from the beginning: {n:,} records in {secs:.2f} s = {res.consume_rate:,.0f} records/s")
-    finally:
-        if cluster is not None:
-            cluster.down(timeout_s=10)
-        if tmp is not None:
-            tmp.cleanup()
+    total = acked + res.awaited + min(50, awaited)
+    n, secs = await consume_all(bootstrap, topic, total)
+    res.consumed, res.consume_seconds = n, secs
+    out(f"consume from the beginning: {n:,} records in {secs:.2f} s = {res.consume_rate:,.0f} records/s")
     return res

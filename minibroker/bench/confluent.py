@@ -1,0 +1,54 @@
+"""confluent-kafka (librdkafka) through the brokers' Kafka listener: acks=all batched throughput.
+
+The same count and record size as minibroker's own batched run, to a fresh RF=3
+topic, with the run's linger.ms and batch.size. Timed from the first produce() to
+the end of flush(), as the minibroker producer is. Optional: without
+confluent_kafka importable the caller prints that it was skipped.
+"""
+from __future__ import annotations
+
+import importlib.util
+import time
+from collections.abc import Mapping
+from typing import Any
+
+
+def available() -> bool:
+    return importlib.util.find_spec("confluent_kafka") is not None
+
+
+def produce_batched(kafka_bootstrap: str, topic: str, count: int, size: int,
+                    producer_cfg: Mapping[str, Any]) -> tuple[int, int, float]:
+    """(acknowledged, failed, seconds) of `count` records; blocking (run it in a thread)."""
+    from confluent_kafka import Producer
+    acked = failed = 0
+
+    def report(err: Any, _msg: Any) -> None:
+        nonlocal acked, failed
+        if err is None:
+            acked += 1
+        else:
+            failed += 1
+
+    conf: dict[str, Any] = {"bootstrap.servers": kafka_bootstrap, "acks": "all",
+                            "linger.ms": int(producer_cfg.get("linger.ms", 5)),
+                            "queue.buffering.max.messages": 1_000_000}
+    if "batch.size" in producer_cfg:
+        conf["batch.size"] = int(producer_cfg["batch.size"])
+    p = Producer(conf)
+    p.list_topics(topic, timeout=30)                     # connections and metadata before the clock starts
+    value = b"c" * size
+    produce, poll = p.produce, p.poll
+    start = time.perf_counter()
+    for i in range(count):
+        while True:
+            try:
+                produce(topic, value, partition=0, on_delivery=report)
+                break
+            except BufferError:
+                poll(0.005)
+        if i % 10_000 == 0:
+            poll(0)
+    left = p.flush(300)
+    elapsed = time.perf_counter() - start
+    return acked, failed + left, elapsed

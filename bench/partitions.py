@@ -12,32 +12,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import resource
 import sys
 import tempfile
 import time
 
+from minibroker.bench.partitions import cpu_s, fd_count as fds, rss_mib
 from minibroker.client import Admin, Producer
 from minibroker.testing.fixtures import start_cluster
-
-
-def cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status", encoding="ascii") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 async def run(c, args: argparse.Namespace) -> None:

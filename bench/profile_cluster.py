@@ -22,6 +22,7 @@ import pstats
 import tempfile
 import time
 
+from minibroker.bench.partitions import cpu_s
 from minibroker.bench.produce import produce_batched
 from minibroker.cli.common import run_async
 from minibroker.client.admin import Admin
@@ -29,12 +30,6 @@ from minibroker.client.producer import Producer
 from minibroker.testing.cluster import LocalCluster
 
 TOPIC = "profiled"
-
-
-def cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def workload(bootstrap: str, awaited: int, batched: int, prof: cProfile.Profile) -> int:

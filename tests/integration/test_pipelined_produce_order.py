@@ -1,11 +1,13 @@
 """Requests pipelined on one connection are handled in the order they arrived, as Kafka's
 SocketServer processes one connection's requests in order: a produce request big enough to
-be decoded off the loop must not be overtaken by a small one sent after it (which broke the
-idempotent producer's sequences under load: OUT_OF_ORDER_SEQUENCE_NUMBER)."""
+be decoded off the loop, or one whose compressed batch yields to the loop, must not be
+overtaken by a request sent after it (which broke the idempotent producer's sequences under
+load: OUT_OF_ORDER_SEQUENCE_NUMBER)."""
 import asyncio
 
 import pytest
 
+from minibroker import codec
 from minibroker.client import Admin
 from minibroker.net.connection import Connection
 from minibroker.protocol.api import ApiKey
@@ -21,41 +23,33 @@ def produce_body(topic: str, batch: bytes) -> dict:
         {"partition": 0, "records": batch}]}]}
 
 
+async def appended_in_order(cluster, topic: str, first_batch: bytes, second_batch: bytes) -> None:
+    """Send the two batches back to back on one connection, five times; each pair must be
+    acknowledged and the first batch must land at the lower offset."""
+    async with Admin(cluster.bootstrap) as admin:
+        await admin.create_topic(topic, assignments=[[1, 2, 3]])
+    spec = cluster.layout.broker(1)
+    conn = await Connection.open(spec.host, spec.port)
+    try:
+        for _ in range(5):
+            first = asyncio.ensure_future(conn.request(ApiKey.PRODUCE, produce_body(topic, first_batch)))
+            second = asyncio.ensure_future(conn.request(ApiKey.PRODUCE, produce_body(topic, second_batch)))
+            a, b = await asyncio.gather(first, second)
+            pa, pb = a["topics"][0]["partitions"][0], b["topics"][0]["partitions"][0]
+            assert pa["error"] == 0 and pb["error"] == 0, (pa, pb)
+            assert pa["base_offset"] < pb["base_offset"], "the second request was appended before the first"
+    finally:
+        conn.close()
+
+
 async def test_a_large_produce_is_not_overtaken_by_a_small_one_sent_after_it(shared_cluster):
-    async with Admin(shared_cluster.bootstrap) as admin:
-        await admin.create_topic("pipelined", assignments=[[1, 2, 3]])
-    spec = shared_cluster.layout.broker(1)
     big = build_batch([b"x" * 1000] * (2 * CHUNK_BYTES // 1000), timestamp_ms=1)
     small = build_batch([b"small"], timestamp_ms=1)
     assert len(big) > CHUNK_BYTES > len(small)
-    conn = await Connection.open(spec.host, spec.port)
-    try:
-        for _ in range(5):
-            first = asyncio.ensure_future(conn.request(ApiKey.PRODUCE, produce_body("pipelined", big)))
-            second = asyncio.ensure_future(conn.request(ApiKey.PRODUCE, produce_body("pipelined", small)))
-            a, b = await asyncio.gather(first, second)
-            pa, pb = a["topics"][0]["partitions"][0], b["topics"][0]["partitions"][0]
-            assert pa["error"] == 0 and pb["error"] == 0, (pa, pb)
-            assert pa["base_offset"] < pb["base_offset"], "the small request was appended before the large one"
-    finally:
-        conn.close()
+    await appended_in_order(shared_cluster, "pipelined", big, small)
 
 
 async def test_a_compressed_produce_is_not_overtaken_by_a_plain_one_sent_after_it(shared_cluster):
-    from minibroker import codec
-    async with Admin(shared_cluster.bootstrap) as admin:
-        await admin.create_topic("pipelined-gzip", assignments=[[1, 2, 3]])
-    spec = shared_cluster.layout.broker(1)
     gz = build_batch([b"compressed"] * 10, timestamp_ms=1, compression=codec.GZIP)
     plain = build_batch([b"plain"], timestamp_ms=1)
-    conn = await Connection.open(spec.host, spec.port)
-    try:
-        for _ in range(5):
-            first = asyncio.ensure_future(conn.request(ApiKey.PRODUCE, produce_body("pipelined-gzip", gz)))
-            second = asyncio.ensure_future(conn.request(ApiKey.PRODUCE, produce_body("pipelined-gzip", plain)))
-            a, b = await asyncio.gather(first, second)
-            pa, pb = a["topics"][0]["partitions"][0], b["topics"][0]["partitions"][0]
-            assert pa["error"] == 0 and pb["error"] == 0, (pa, pb)
-            assert pa["base_offset"] < pb["base_offset"], "the plain request was appended before the compressed one"
-    finally:
-        conn.close()
+    await appended_in_order(shared_cluster, "pipelined-gzip", gz, plain)

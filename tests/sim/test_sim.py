@@ -199,7 +199,7 @@ def test_virtual_time_jumps_to_the_next_timer_and_a_paused_process_runs_later():
         loop.spawn(proc, ticker())
         await asyncio.sleep(15)             # virtual time: the behaviour under test (no wall clock)
         proc.paused = True
-        await asyncio.sleep(20)             # the tick due at 20 waits for the resume at 35
+        await asyncio.sleep(20)             # behaviour under test: the tick due at 20 waits for the resume at 35
         loop.resume(proc)
         await asyncio.sleep(20)             # virtual time: the behaviour under test
     loop.run_until_complete(main())
@@ -224,20 +224,20 @@ def test_a_cut_path_holds_data_until_it_heals_and_a_killed_process_resets_its_pe
 
     async def serve() -> None:
         await loop.create_server(Echo, "hs", 1)
-        await asyncio.sleep(100)
+        await asyncio.sleep(100)            # virtual time, the behaviour under test: the server outlives the client
 
     async def client() -> None:
         transport, _ = await loop.create_connection(Client, "hs", 1)
         net.cut("hc", "hs")
         transport.write(b"x")
-        await asyncio.sleep(5)
+        await asyncio.sleep(5)              # virtual time: the behaviour under test (a cut holds the data)
         assert got == []
         net.heal("hc", "hs")
-        await asyncio.sleep(1)
+        await asyncio.sleep(1)              # virtual time: the behaviour under test (heal delivers it)
         assert got == [b"x"]
         net.process_died(server_proc)
         loop.kill(server_proc)
-        await asyncio.sleep(1)
+        await asyncio.sleep(1)              # virtual time: the behaviour under test (the kill resets the peer)
 
     async def main() -> None:
         loop.spawn(server_proc, serve())

@@ -241,7 +241,7 @@ def test_a_cut_path_holds_data_until_it_heals_and_a_killed_process_resets_its_pe
 
     async def main() -> None:
         loop.spawn(server_proc, serve())
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)            # virtual time, the behaviour under test: the server listens first
         await loop.spawn(client_proc, client())
     loop.run_until_complete(main())
     loop.close()

@@ -74,3 +74,15 @@ def test_a_corrupt_records_section_appends_nothing_and_is_corrupt_message(cut: i
     with pytest.raises(KafkaError) as e:
         decode_into([], bytes(bad), "t", 0, ConsumerRecord)
     assert e.value.code == ErrorCode.CORRUPT_MESSAGE
+
+
+@pytest.mark.parametrize("window", [(0, -1), (12, -1), (10, 13)])
+def test_without_the_c_extension_decode_into_gives_the_same_records(monkeypatch, window: tuple[int, int]) -> None:
+    buf = _log()
+    with_c: list[ConsumerRecord] = []
+    decode_into(with_c, buf, "t", 3, ConsumerRecord, min_offset=window[0], stop_offset=window[1])
+    monkeypatch.setattr(records, "_c_decode", None)     # as where minibroker was installed without a compiler
+    without: list[ConsumerRecord] = []
+    nxt = decode_into(without, buf, "t", 3, ConsumerRecord, min_offset=window[0], stop_offset=window[1])
+    assert without == with_c == _reference(buf, *window)
+    assert nxt == (without[-1].offset + 1 if without else None)

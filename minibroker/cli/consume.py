@@ -12,7 +12,7 @@ import click
 
 from minibroker import clock
 from minibroker.cli.common import bootstrap_option, fail, handle_errors, parse_kv, reachable_bootstrap, run_async
-from minibroker.cli.progress import bar, wanted
+from minibroker.cli.progress import bar, interrupt_event, wanted
 from minibroker.client.consumer import Consumer
 from minibroker.client.group import GroupConsumer
 from minibroker.client.types import ConsumerRecord, TopicPartition
@@ -129,9 +129,10 @@ async def _consume(bootstrap: str, cfg: dict[str, Any], topic: str, partition: i
             consumer.seek_to_end(*tps)
         served: dict[TopicPartition, int | None] = {}
         last_record = began = clock.monotonic()
+        stop = interrupt_event()              # the first Ctrl-C ends the loop at its next poll (200 ms at most)
         with bar("consuming", max_messages, wanted(stdout_is_output=True)) as update:
             try:
-                while max_messages is None or count < max_messages:
+                while not stop.is_set() and (max_messages is None or count < max_messages):
                     records = await consumer.poll(timeout_ms=200)
                     for rec in records:
                         out.write(format_record(rec, fmt))

@@ -18,6 +18,7 @@ import logging
 from typing import Any
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 
+from minibroker.aio import wait_event
 from minibroker.client.config import CONSUMER_DEFAULTS, client_config
 from minibroker.client.fetch_state import EARLIEST, LATEST, NONE, FetchState, Reaction
 from minibroker.client.network import ClientNetwork, now_ms
@@ -229,10 +230,7 @@ class Consumer:
 
     async def _wait_changed(self, ms: int) -> None:
         self._changed.clear()
-        try:
-            await asyncio.wait_for(self._changed.wait(), max(ms, 1) / 1000)
-        except TimeoutError:
-            pass
+        await wait_event(self._changed, max(ms, 1) / 1000)
 
     def _next_retry_delay(self, now: int) -> int:
         waits = [st.retry_at_ms - now for st in self.state.parts.values() if st.retry_at_ms > now]

@@ -19,6 +19,7 @@ import random
 from typing import Any
 from collections.abc import Callable
 
+from minibroker.aio import wait_event
 from minibroker import clock
 from minibroker.client.config import parse_bootstrap
 from minibroker.client.metadata import MetadataCache
@@ -241,10 +242,7 @@ class ClientNetwork:
             delay = self.cache.time_to_next_update(now_ms())
             if delay > 0:
                 self._wake.clear()
-                try:
-                    await asyncio.wait_for(self._wake.wait(), delay / 1000)
-                except TimeoutError:
-                    pass
+                await wait_event(self._wake, delay / 1000)
                 continue
             try:
                 await self.refresh_metadata()

@@ -42,6 +42,7 @@ import logging
 from typing import Any
 from collections.abc import Callable, Iterable, Mapping
 
+from minibroker.aio import wait_event
 from minibroker import clock
 from minibroker.client.accumulator import RECORD_OVERHEAD, BufferFull, ProducerBatch, RecordAccumulator, record_size
 from minibroker.client.config import PRODUCER_DEFAULTS, client_config, parse_acks
@@ -362,7 +363,8 @@ class Producer:
         self._wake.set()
         try:
             self._space.clear()
-            await asyncio.wait_for(self._space.wait(), self.max_block_ms / 1000)
+            if not await wait_event(self._space, self.max_block_ms / 1000):
+                raise TimeoutError
         except TimeoutError:
             raise KafkaError(ErrorCode.REQUEST_TIMED_OUT,
                              f"buffer.memory full for max.block.ms={self.max_block_ms}") from None
@@ -416,10 +418,7 @@ class Producer:
                 if delay >= 2**31:
                     await self._wake.wait()
                 else:
-                    try:
-                        await asyncio.wait_for(self._wake.wait(), max(delay, 1) / 1000)
-                    except TimeoutError:
-                        pass
+                    await wait_event(self._wake, max(delay, 1) / 1000)
         except asyncio.CancelledError:
             raise
         except Exception:                       # a bug here must not silently stall every send

@@ -19,8 +19,8 @@ from collections.abc import Callable
 import pytest
 
 from minibroker_docker import (
-    BROKER_PORTS, BUILD_IMAGES, CONTROLLER_PORT, IMAGE, ComposeProject, HostCli, PartitionRow, compose_command,
-    docker_engine_problem, ports_in_use, run, wait_until,
+    BROKER_PORTS, BUILD_IMAGES, CONTROLLER_PORT, IMAGE, PUBLISHED_PORTS, ComposeProject, HostCli, PartitionRow,
+    compose_command, docker_engine_problem, ports_in_use, run, wait_until,
 )
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1200)]
@@ -73,9 +73,11 @@ def image(compose: list[str], machine_lock: None) -> str:
 def project(compose: list[str], image: str):
     # 29092 and 39092 lie in Linux's ephemeral range, so a passing outgoing
     # connection can hold one for a moment; a stack left up holds them for good.
-    ports = [*BROKER_PORTS.values(), CONTROLLER_PORT]
+    # Every published port: another suite's local clusters take ephemeral ports, which can be one of
+    # these for as long as that cluster lives (a minute or two), so wait that long.
+    ports = PUBLISHED_PORTS
     try:
-        wait_until(lambda: not ports_in_use(ports), timeout=30, what=f"host ports {ports} to be free")
+        wait_until(lambda: not ports_in_use(ports), timeout=180, what=f"host ports {ports} to be free")
     except AssertionError:
         pytest.fail(f"host ports {ports_in_use(ports)} are taken (is another minibroker compose "
                     f"stack up? `docker compose down` it first)")

@@ -66,6 +66,8 @@ class ClientNetwork:
         self._reconnect = Backoff(cfg.get_int("reconnect.backoff.ms"), cfg.get_int("reconnect.backoff.max.ms"))
         self._conns: dict[tuple[str, int, str], Connection] = {}
         self._connecting: dict[tuple[str, int, str], asyncio.Future] = {}
+        # Invariant: a key is here while an attempt `ready_delay_ms` started runs; values are called when it ends.
+        self._connect_waiters: dict[tuple[str, int, str], set[Callable[[], None]]] = {}
         self._failures: dict[Address, tuple[int, int]] = {}     # address -> (consecutive failures, retry at ms)
         self._refresh: asyncio.Future | None = None
         self._wake = asyncio.Event()
@@ -113,6 +115,44 @@ class ClientNetwork:
         self._conns[key] = conn
         fut.set_result(conn)
         return conn
+
+    def ready_delay_ms(self, node_id: int, wake: Callable[[], None], channel: str = "data") -> int:
+        """Kafka's NetworkClient.ready and connectionDelay in one, asked by the producer's sender
+        before it drains batches for `node_id`: 0 when a request would be written at once (a live
+        connection, or nothing to wait for: an unknown node or a closed client fail in `request`).
+        Otherwise starts connecting unless an attempt is under way or the address is in reconnect
+        back-off, and returns how long to wait (2**31: until `wake`, called when the attempt ends).
+        Draining only for connected nodes keeps one connection's requests in drain order: a request
+        that waited for a connection could otherwise be written after one drained later."""
+        if self.closed:
+            return 0
+        node = self.cache.node(node_id)
+        if node is None:
+            return 0
+        address = (node.host, node.port)
+        key = (node.host, node.port, channel)
+        conn = self._conns.get(key)
+        if conn is not None and not conn.closed:
+            return 0
+        waiting = self._connect_waiters.get(key)
+        if waiting is not None:            # an attempt is under way and will wake its waiters
+            waiting.add(wake)
+            return 2**31
+        attempt = self._connecting.get(key)      # one a request started
+        if attempt is None:
+            retry_at = self._failures.get(address, (0, 0))[1]
+            if retry_at > now_ms():
+                return retry_at - now_ms()
+            attempt = asyncio.ensure_future(self.connection(address, channel))
+        self._connect_waiters[key] = {wake}
+        attempt.add_done_callback(lambda f: self._connect_done(f, key))
+        return 2**31
+
+    def _connect_done(self, attempt: asyncio.Future, key: tuple[str, int, str]) -> None:
+        if attempt.cancelled() or attempt.exception() is not None:
+            self.request_update()          # as Kafka's NetworkClient on a failed connection
+        for wake in self._connect_waiters.pop(key, ()):
+            wake()
 
     def _drop(self, conn: Connection, channel: str) -> None:
         conn.close()

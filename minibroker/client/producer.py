@@ -389,8 +389,16 @@ class Producer:
                 if ready.unknown_leader_topics:
                     self.net.want_topics(ready.unknown_leader_topics)
                     self.net.request_update()
-                nodes = {n for n in ready.nodes if self._in_flight.get(n, 0) < self.max_in_flight}
                 delay = ready.next_delay_ms
+                nodes = set()
+                for n in sorted(ready.nodes):
+                    if self._in_flight.get(n, 0) >= self.max_in_flight:
+                        continue
+                    wait = self.net.ready_delay_ms(n, self._wake.set)      # connected, or wait for it
+                    if wait:
+                        delay = min(delay, wait)
+                    else:
+                        nodes.add(n)
                 if nodes and self.idempotent and self._producer_id < 0:
                     try:
                         await self._ensure_producer_id()

@@ -79,6 +79,10 @@ class Invariants:
             self._violate(t, f"MOVED acked value {a.value} from {a.partition}:{a.offset} to offset {off}")
         for f in rep.failed_read:
             self._violate(t, f"READ_OF_FAILED {f.value} ({f.error})")
+        for v, where in rep.duplicated:
+            self._violate(t, f"DUPLICATED value {v} at " + ", ".join(f"{p}:{o}" for p, o in where))
+        for p, later, earlier in rep.reordered:
+            self._violate(t, f"REORDERED partition {p}: {earlier} read before {later} but sent after it")
         for name, off, why in rep.divergent:
             self._violate(t, f"DIVERGENT {name} at {off}: {why}")
         for p, off, vals in rep.inconsistent:

@@ -53,3 +53,35 @@ async def test_a_compressed_produce_is_not_overtaken_by_a_plain_one_sent_after_i
     gz = build_batch([b"compressed"] * 10, timestamp_ms=1, compression=codec.GZIP)
     plain = build_batch([b"plain"], timestamp_ms=1)
     await appended_in_order(shared_cluster, "pipelined-gzip", gz, plain)
+
+
+async def test_a_producer_writes_a_partition_in_send_order_across_reconnects(shared_cluster):
+    """Without idempotence and with retries=0 Kafka's producer keeps a partition's records in
+    send order, however many requests are in flight: its sender drains batches only for a
+    connected broker. Here the producer's connection to the leader is closed under a steady
+    stream of one-record batches, 20 times; batches drained while it reconnected used to wait
+    for the new connection and be written after ones drained once it was up (REORDERED in the
+    replication matrix's clean bounce). Every acknowledged record must sit at a higher offset
+    than every record acknowledged before it was sent."""
+    from minibroker.client import Producer
+    topic = "reconnect-order"
+    async with Admin(shared_cluster.bootstrap) as admin:
+        await admin.create_topic(topic, assignments=[[1, 2, 3]])
+    leader = shared_cluster.layout.broker(1)
+    cfg = {"acks": "1", "retries": "0", "enable.idempotence": "false", "linger.ms": "0",
+           "max.in.flight.requests.per.connection": "50", "reconnect.backoff.ms": "0"}
+    async with Producer(shared_cluster.bootstrap, cfg) as prod:
+        await prod.partitions_for(topic)
+        futures = []
+        for seq in range(2000):
+            if seq % 100 == 50:
+                for (host, port, channel), conn in list(prod.net._conns.items()):
+                    if (host, port) == (leader.host, leader.port):
+                        prod.net._drop(conn, channel)
+            futures.append(await prod.send(topic, str(seq).encode(), partition=0))
+            await asyncio.sleep(0)
+        outcomes = await asyncio.gather(*futures, return_exceptions=True)
+    acked = [(seq, md.offset) for seq, md in enumerate(outcomes) if not isinstance(md, BaseException)]
+    assert len(acked) >= 1000, f"only {len(acked)} of 2000 acknowledged"
+    behind = [(a, b) for a, b in zip(acked, acked[1:], strict=False) if b[1] < a[1]]
+    assert not behind, f"{len(behind)} records landed below one sent before them, first: {behind[0]}"

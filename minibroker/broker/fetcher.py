@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from collections.abc import Awaitable, Callable
 
+from minibroker.broker.fetch_session import INVALID_SESSION_ID, FollowerSession
 from minibroker.broker.partition import Partition
 from minibroker.config import Config
 from minibroker.errors import ErrorCode, KafkaError
@@ -40,6 +41,7 @@ from minibroker.storage import UnexpectedAppendOffset
 log = logging.getLogger("minibroker.broker.fetcher")
 
 PartitionKey = tuple[str, int]
+SESSION_ERRORS = (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH)
 
 
 class FetcherHooks(Protocol):
@@ -125,13 +127,21 @@ class ReplicaFetcher:
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._transport_error = ""
+        self._session = FollowerSession()
         self.requests = 0
+        self.last_named = 0               # partitions the last Fetch named (all, or in a session the changed)
 
     def __len__(self) -> int:
         return len(self._states)
 
     def state(self, key: PartitionKey) -> FetchState | None:
         return self._states.get(key)
+
+    def status(self) -> dict[str, int]:
+        """For ReplicaStatus: this fetcher's session with its leader and its last Fetch."""
+        session_id, epoch = self._session.request_ids
+        return {"leader_id": self.leader_id, "partitions": len(self._states), "requests": self.requests,
+                "session_id": session_id, "session_epoch": epoch, "last_named": self.last_named}
 
     def add(self, part: Partition, leader_epoch: int) -> FetchState:
         core = PartitionFollower(part.name, self.leader_id, leader_epoch, self.settings.backoff_ms, self._sink)
@@ -191,41 +201,59 @@ class ReplicaFetcher:
         except KafkaError as exc:
             self._on_transport_error(ready, exc)
             return
-        body = self._build(ready)
+        body, full = self._build(ready)
         timeout = self.settings.socket_timeout_ms + self.settings.wait_max_ms
         self.requests += 1
         try:
             resp = await conn.request(ApiKey.FETCH, body, timeout_ms=timeout)
         except KafkaError as exc:
+            self._session.reset()
             if exc.code == ErrorCode.REQUEST_TIMED_OUT:
                 self.peers.drop(self.leader_id)
             self._on_transport_error(ready, exc)
             return
         code = resp.get("error", 0)
         if code:
+            self._session.reset()
+            if code in SESSION_ERRORS:      # the leader lost or moved on from our session: a full Fetch now
+                log.info("fetch session with broker %d reset: %s", self.leader_id, resp.get("message", ""))
+                return
             self._on_transport_error(ready, KafkaError(code, resp.get("message", ""), remote=True))
             return
+        self._session.on_response(resp.get("session_id", INVALID_SESSION_ID))
         if self._transport_error:
             self._transport_error = ""
             self._emit("fetcher_recovered", "", None, None, f"fetching from broker {self.leader_id} again")
-        await self._process(conn, resp, {st.partition.key: st for st in ready})
+        await self._process(conn, resp, {st.partition.key: st for st in ready}, full)
 
-    def _build(self, ready: list[FetchState]) -> dict[str, Any]:
-        topics: dict[str, list[dict[str, Any]]] = {}
+    def _build(self, ready: list[FetchState]) -> tuple[dict[str, Any], bool]:
+        """The next Fetch: in a session (KIP-227) it names only the partitions whose position
+        changed and forgets those no longer fetched; returns (the body, whether it is full)."""
+        entries: list[tuple[str, dict[str, Any]]] = []
         pmax = self.settings.partition_max_bytes
         for st in ready:
             part = st.partition
             pos = st.core.next_position(log_view(part))
-            topics.setdefault(part.topic, []).append({
+            entries.append((part.topic, {
                 "partition": part.index, "fetch_offset": pos.fetch_offset,
                 "current_leader_epoch": pos.current_leader_epoch, "last_fetched_epoch": pos.last_fetched_epoch,
-                "log_start_offset": pos.log_start_offset, "partition_max_bytes": pmax})
+                "log_start_offset": pos.log_start_offset, "partition_max_bytes": pmax}))
+        session_id, epoch = self._session.request_ids
+        send, forgotten, full = self._session.build(entries)
+        self.last_named = len(send)
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for topic, entry in send:
+            topics.setdefault(topic, []).append(entry)
         s = self.settings
         return {"replica_id": s.replica_id, "broker_epoch": self.broker_epoch(),
                 "max_wait_ms": s.wait_max_ms, "min_bytes": s.min_bytes, "max_bytes": s.response_max_bytes,
-                "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}
+                "session_id": session_id, "session_epoch": epoch, "forgotten_topics": forgotten or None,
+                "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}, full
 
-    async def _process(self, conn: Any, resp: dict[str, Any], sent: dict[PartitionKey, FetchState]) -> None:
+    async def _process(self, conn: Any, resp: dict[str, Any], sent: dict[PartitionKey, FetchState],
+                       full: bool = True) -> None:
+        """Triggered by each Fetch response: every partition in it goes to its core. An
+        incremental response leaves out the partitions with nothing new (KIP-227)."""
         now = self._clock()
         appended: list[Partition] = []
         progress: list[tuple[Partition, int, int]] = []
@@ -255,7 +283,7 @@ class ReplicaFetcher:
                         out_of_range.append(st)
                     else:
                         self._carry_truncation(st, action, now)
-        for key, st in unanswered.items():
+        for key, st in unanswered.items() if full else ():
             if self._states.get(key) is st:
                 st.core.on_error(ErrorCode.UNKNOWN_SERVER_ERROR, now, "the leader's answer left this partition out")
         if appended:

@@ -86,6 +86,9 @@ REQUESTS: dict[ApiKey, dict[str, Any]] = {
         "min_bytes": Opt(int, 1),
         "max_bytes": Opt(int, 52_428_800),
         "rack_id": Opt(str, ""),             # client.rack (KIP-392); "" = none
+        "session_id": Opt(int, 0),           # KIP-227, replica fetches only (minibroker.broker.fetch_session)
+        "session_epoch": Opt(int, -1),       # -1: no session; 0: open one; else the session's next epoch
+        "forgotten_topics": Opt(Nullable([{"topic": str, "partitions": [int]}]), None),
         "topics": [{"topic": str, "partitions": [_fetch_partition]}],
     },
     ApiKey.LIST_OFFSETS: {

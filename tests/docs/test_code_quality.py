@@ -17,6 +17,7 @@ CORES = [
     "minibroker/coordinator/group.py",
     "minibroker/broker/lifecycle.py",
     "minibroker/broker/alter_partition_queue.py",
+    "minibroker/broker/fetch_session.py",
 ]
 
 

@@ -60,6 +60,9 @@ class FetchSession:
     epoch: int                                        # the epoch the next incremental Fetch must carry
     partitions: dict[PartitionKey, tuple[str, Entry]] = field(default_factory=dict)
     told: dict[PartitionKey, tuple[int, int]] = field(default_factory=dict)
+    # The driver's (state stamp, result) of the last read of a caught-up partition with nothing to say
+    # (opaque here): while the follower does not name it and the stamp holds, the read would give the same.
+    quiet: dict[PartitionKey, tuple[Any, Any]] = field(default_factory=dict)
 
     def must_respond(self, key: PartitionKey, error: int, high_watermark: int, log_start_offset: int,
                      has_records: bool, diverging: bool) -> bool:
@@ -140,10 +143,12 @@ class FetchSessionCache:
                 key = (t["topic"], index)
                 s.partitions.pop(key, None)
                 s.told.pop(key, None)
+                s.quiet.pop(key, None)
         for topic, p in requests:
             key = (topic, p["partition"])
             s.partitions[key] = (topic, p)
             s.told.pop(key, None)      # a partition the follower names is answered: its position changed
+            s.quiet.pop(key, None)     # and read
         return Opened(s, list(s.partitions.values()), False)
 
     def status(self) -> list[dict[str, int]]:

@@ -103,7 +103,7 @@ class DelayedFetch:
     a state change, deadline or shutdown.
     """
 
-    __slots__ = ("future", "needed", "accumulated", "follower", "keys")
+    __slots__ = ("future", "needed", "accumulated", "follower", "keys", "changed")
 
     def __init__(self, keys: list[PartitionKey], needed: int, follower: bool) -> None:
         self.future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -111,6 +111,9 @@ class DelayedFetch:
         self.needed = needed
         self.accumulated = 0
         self.follower = follower
+        # Invariant: the watched keys notified (append, HW move, state change) since `watch`;
+        # None once unknown (shutdown).
+        self.changed: set[PartitionKey] | None = set()
 
     def add_bytes(self, n: int | None) -> None:
         """`n` more bytes became readable (None: unknown, assume enough)."""
@@ -145,6 +148,13 @@ class FetchPurgatory:
 
     def __init__(self) -> None:
         self._by_key: dict[Hashable, dict[DelayedFetch, None]] = {}   # ordered: ops wake in park order
+        # Invariant: counts every notification and `touched()`, for watched keys or not: a reader that
+        # sees it unchanged across a stretch knows no partition's readable state moved in it.
+        self.changes = 0
+
+    def touched(self) -> None:
+        """Triggered by an append or HW move on a partition nobody watches."""
+        self.changes += 1
 
     def __len__(self) -> int:
         return len({id(op) for ops in self._by_key.values() for op in ops})
@@ -167,30 +177,41 @@ class FetchPurgatory:
     def on_append(self, key: PartitionKey, nbytes: int | None) -> None:
         """New data at the log end of `key`: wakes follower fetches (and, on a
         follower replica, nothing else: consumers wait for its HW)."""
+        self.changes += 1
         ops = self._by_key.get(key)
         if ops:
             for op in list(ops):
+                if op.changed is not None:
+                    op.changed.add(key)
                 if op.follower:
                     op.add_bytes(nbytes)
 
     def on_hw_move(self, key: PartitionKey, nbytes: int | None) -> None:
         """The HW of `key` rose, making `nbytes` more readable for consumers."""
+        self.changes += 1
         ops = self._by_key.get(key)
         if ops:
             for op in list(ops):
+                if op.changed is not None:
+                    op.changed.add(key)
                 if not op.follower:
                     op.add_bytes(nbytes)
 
     def on_state_change(self, key: PartitionKey) -> None:
         """Leadership, epoch, truncation or removal: every parked fetch on
         `key` completes and re-reads (it will see the error or new bounds)."""
+        self.changes += 1
         ops = self._by_key.get(key)
         if ops:
             for op in list(ops):
+                if op.changed is not None:
+                    op.changed.add(key)
                 op.complete()
 
     def complete_all(self) -> None:
         """Shutdown: every parked fetch answers now."""
+        self.changes += 1
         for ops in list(self._by_key.values()):
             for op in list(ops):
+                op.changed = None
                 op.complete()

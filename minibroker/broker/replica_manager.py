@@ -339,8 +339,11 @@ class ReplicaManager:
         consumer fetches on an HW move, complete acks=all waiters, send the
         ISR proposal. In the lesson profile the core commits ISR changes at
         once; `local_isr_change` then tells the controller what happened."""
-        if d.hw_moved and self.purgatory.watching(part.key):
-            self.purgatory.on_hw_move(part.key, part.readable_bytes(d.old_hw, d.new_hw))
+        if d.hw_moved:
+            if self.purgatory.watching(part.key):
+                self.purgatory.on_hw_move(part.key, part.readable_bytes(d.old_hw, d.new_hw))
+            else:
+                self.purgatory.touched()
         for token, code in d.completed:
             token.complete(code)  # type: ignore[attr-defined]
         core = part.core
@@ -513,6 +516,8 @@ class ReplicaManager:
             new_hw = part.hw
             if new_hw > old_hw:
                 self.purgatory.on_hw_move(part.key, part.readable_bytes(old_hw, new_hw))
+        else:
+            self.purgatory.touched()
 
     def on_follower_truncated(self, part: Partition) -> None:
         self.purgatory.on_state_change(part.key)
@@ -623,6 +628,8 @@ class ReplicaManager:
         if d is not None:                 # None: a duplicate idempotent batch, nothing appended
             if self.purgatory.watching(key):
                 self.purgatory.on_append(key, len(records))
+            else:
+                self.purgatory.touched()
             self._apply(part, d, now)
         return _LocalAppend(entry, part, last + 1, core)
 
@@ -695,21 +702,62 @@ class ReplicaManager:
                         "throttle_time_ms": 0, "topics": []}
             session, requests, full = opened.session, opened.requests, opened.full
         stamps: list[tuple[Any, ...] | None] | None = [] if replica_id >= 0 else None
-        results, total, respond_now = await self._read_all(requests, body, now, initial=True, stamps=stamps)
+        changes_before = self.purgatory.changes
+        results, total, respond_now = await self._read_all(requests, body, now, initial=True, stamps=stamps,
+                                                           session=session if not full else None)
         if (respond_now or body["max_wait_ms"] <= 0 or not requests or total >= body["min_bytes"]):
+            if session is not None and stamps is not None:
+                self._remember_quiet(session, requests, results, stamps)
             return self._fetch_response(requests, results, session, full)
         op = DelayedFetch([(t, p["partition"]) for t, p in requests], body["min_bytes"] - total,
                           follower=replica_id >= 0)
         self.purgatory.watch(op)
+        # Nothing moved on any partition while they were read: what moves from now on is in op.changed.
+        complete_since_read = self.purgatory.changes == changes_before
         try:
             await op.wait(body["max_wait_ms"])
         finally:
             self.purgatory.close(op)
         if stamps is not None:
-            await self._reread_changed(requests, body, results, stamps, self.clock())
+            changed = op.changed if complete_since_read else None
+            if changed is None or changed:
+                await self._reread_changed(requests, body, results, stamps, self.clock(), changed)
+            if session is not None:
+                self._remember_quiet(session, requests, results, stamps)
         else:
             results, _, _ = await self._read_all(requests, body, self.clock(), initial=False)
         return self._fetch_response(requests, results, session, full)
+
+    @staticmethod
+    def _remember_quiet(session: FetchSession, requests: list[tuple[str, dict]], results: list[ReadResult],
+                        stamps: list[tuple[Any, ...] | None]) -> None:
+        """After a session Fetch: the partitions whose follower is at the LEO with nothing to
+        read or report, with the state they were read in (`_read_all` answers them again
+        without reading while neither moves)."""
+        quiet = session.quiet
+        for (topic, p), r, stamp in zip(requests, results, stamps, strict=True):
+            key = (topic, p["partition"])
+            if (stamp is not None and r.error == ErrorCode.NONE and not r.records and r.diverging_epoch is None
+                    and p["fetch_offset"] == stamp[2]):
+                quiet[key] = (stamp, r)
+            else:
+                quiet.pop(key, None)
+
+    def _fetched_again(self, part: Partition, p: dict, body: dict, now: int, quiet: ReadResult) -> ReadResult:
+        """A session partition the follower did not name, in the state of its last quiet read:
+        the same answer, after the follower-fetch rule (its fetch keeps it caught up, I3/L1)."""
+        core = part.core
+        assert core is not None
+        if core.on_follower_refetch(body["replica_id"], p["fetch_offset"], now, broker_epoch=body["broker_epoch"],
+                                    log_start_offset=p["log_start_offset"]):
+            return quiet
+        d = core.on_follower_fetch(body["replica_id"], p["fetch_offset"], now, broker_epoch=body["broker_epoch"],
+                                   log_start_offset=p["log_start_offset"],
+                                   has_leader_epoch=p["current_leader_epoch"] >= 0)
+        if d.error != ErrorCode.NONE:
+            return ReadResult(d.error, quiet.high_watermark, quiet.log_start_offset)
+        self._apply(part, d, now, local_isr_change=True)
+        return quiet
 
     def _read_stamp(self, topic: str, index: int) -> tuple[Any, ...] | None:
         """What a replica read of the partition depends on, besides the request."""
@@ -721,45 +769,64 @@ class ReplicaManager:
                 core.hw if core is not None else -1, id(core))
 
     async def _reread_changed(self, requests: list[tuple[str, dict]], body: dict, results: list[ReadResult],
-                              stamps: list[tuple[Any, ...] | None], now: int) -> None:
+                              stamps: list[tuple[Any, ...] | None], now: int,
+                              changed: set[PartitionKey] | None) -> None:
         """After a parked replica Fetch: read again only the partitions whose state moved
-        while it waited (the others would read the same). An idle follower of 1,000
-        partitions costs the leader one read of each per Fetch instead of two."""
+        while it waited (the others would read the same): those in `changed` when the
+        purgatory saw every move, else those whose stamp differs. An idle follower of
+        1,000 partitions costs the leader one read of each per Fetch instead of two."""
         budget = fetch_records_budget(body["max_bytes"], self.max_frame_bytes, len(requests))
         room = fetch_records_budget(self.max_frame_bytes, self.max_frame_bytes, len(requests))
         total = sum(len(r.records) for r in results)
         for i, (topic, p) in enumerate(requests):
             if i and i % REQUEST_SLICE == 0:
                 await asyncio.sleep(0)
-            if stamps[i] is not None and self._read_stamp(topic, p["partition"]) == stamps[i]:
+            if changed is not None:
+                if (topic, p["partition"]) not in changed:
+                    continue
+            elif stamps[i] is not None and self._read_stamp(topic, p["partition"]) == stamps[i]:
                 continue
             total -= len(results[i].records)
             max_bytes = min(max(p["partition_max_bytes"], 0), budget - total)
+            stamps[i] = self._read_stamp(topic, p["partition"])
             r = self._read_partition(topic, p, body, now, max(max_bytes, 0), total == 0, False)
             if total + len(r.records) > room:
                 r.records = b""
             total += len(r.records)
             results[i] = r
-            stamps[i] = self._read_stamp(topic, p["partition"])
 
     async def _read_all(self, requests: list[tuple[str, dict]], body: dict, now: int, initial: bool,
-                        stamps: list[tuple[Any, ...] | None] | None = None) -> tuple[list[ReadResult], int, bool]:
+                        stamps: list[tuple[Any, ...] | None] | None = None,
+                        session: FetchSession | None = None) -> tuple[list[ReadResult], int, bool]:
         """Read every partition, yielding to the loop every REQUEST_SLICE of them.
         The response never exceeds the frame limit: max_bytes is capped to the
         room the frame leaves, and the KIP-74 first batch is dropped if even it
-        cannot fit beside the other entries."""
+        cannot fit beside the other entries. For an incremental session Fetch, a
+        partition the follower did not name whose state has not moved since its last
+        quiet read is answered as then, without reading (`_fetched_again`)."""
         budget = fetch_records_budget(body["max_bytes"], self.max_frame_bytes, len(requests))
         room = fetch_records_budget(self.max_frame_bytes, self.max_frame_bytes, len(requests))
         total = 0
         respond_now = False
         results = []
+        quiet = session.quiet if session is not None and stamps is not None else None
         for i, (topic, p) in enumerate(requests):
             if i and i % REQUEST_SLICE == 0:
                 await asyncio.sleep(0)
+            if quiet:
+                prev = quiet.get((topic, p["partition"]))
+                if prev is not None:
+                    stamp = self._read_stamp(topic, p["partition"])
+                    if stamp == prev[0]:
+                        r = self._fetched_again(self._partitions[(topic, p["partition"])], p, body, now, prev[1])
+                        stamps.append(stamp)          # type: ignore[union-attr]
+                        respond_now = respond_now or bool(r.error)
+                        results.append(r)
+                        continue
             max_bytes = min(max(p["partition_max_bytes"], 0), budget - total)
-            r = self._read_partition(topic, p, body, now, max(max_bytes, 0), total == 0, initial)
-            if stamps is not None:          # taken with the read, before the loop runs anything else
+            if stamps is not None:          # the state the read sees (before its side effects)
                 stamps.append(self._read_stamp(topic, p["partition"]))
+            r = self._read_partition(topic, p, body, now, max(max_bytes, 0), total == 0, initial)
             if total + len(r.records) > room:
                 r.records = b""
             total += len(r.records)

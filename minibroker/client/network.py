@@ -35,6 +35,12 @@ Address = tuple[str, int]
 
 # How long a request any broker may answer waits before another broker is asked too.
 HEDGE_MS = 1000
+# Requests that change nothing, so a second broker may be asked while the first is silent. A
+# CreateTopics hedged that way was answered TOPIC_ALREADY_EXISTS by the second broker when the first
+# took over a second to create 1,000 partitions on a loaded machine.
+HEDGEABLE = frozenset({ApiKey.METADATA, ApiKey.DESCRIBE_CLUSTER, ApiKey.DESCRIBE_CONFIGS, ApiKey.DESCRIBE_QUORUM,
+                       ApiKey.FIND_COORDINATOR, ApiKey.DESCRIBE_GROUPS, ApiKey.LIST_GROUPS, ApiKey.OFFSET_FETCH,
+                       ApiKey.LIST_OFFSETS, ApiKey.API_VERSIONS})
 
 
 def _rotated(xs: list[Address], k: int) -> list[Address]:
@@ -204,10 +210,13 @@ class ClientNetwork:
                           timeout_ms: int | None = None) -> tuple[Address, dict[str, Any]]:
         """Send to the first broker that answers; returns (its address, the response).
 
-        Hedged: if a broker has not answered within HEDGE_MS (a frozen broker
-        accepts TCP connections but never replies), the next candidate is asked
-        too, and the first answer wins. Kafka's client instead waits out
-        request.timeout.ms on that one broker (30 s) before trying another."""
+        Hedged for the read-only APIs (HEDGEABLE): if a broker has not answered
+        within HEDGE_MS (a frozen broker accepts TCP connections but never
+        replies), the next candidate is asked too, and the first answer wins.
+        Kafka's client instead waits out request.timeout.ms on that one broker
+        (30 s) before trying another, as every other request does here: one that
+        changes something is sent to a second broker only after the first failed."""
+        hedge_s = HEDGE_MS / 1000 if api in HEDGEABLE else None
         candidates = iter(self.candidates())
         pending: dict[asyncio.Future, Address] = {}
         last: BaseException | None = None
@@ -223,8 +232,7 @@ class ClientNetwork:
         launch()
         try:
             while pending:
-                done, _ = await asyncio.wait(pending, timeout=HEDGE_MS / 1000,
-                                             return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(pending, timeout=hedge_s, return_when=asyncio.FIRST_COMPLETED)
                 if not done:
                     launch()
                     continue

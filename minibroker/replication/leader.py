@@ -390,6 +390,30 @@ class PartitionLeader:
             self._maybe_increment_hw(d, now_ms, f"replica {replica} fetched {fetch_offset}")
         return self._finish(d)
 
+    def on_follower_refetch(self, replica: int, fetch_offset: int, now_ms: int, *, broker_epoch: int = UNKNOWN,
+                            log_start_offset: int = UNKNOWN) -> bool:
+        """A follower fetched again at its last fetch's offset (a session Fetch that does not
+        name the partition, KS3). When it is in the ISR at the LEO with the same broker epoch
+        and log start, and no routine fetch events are on, `on_follower_fetch` would only
+        refresh its fetch times (L2 branch 1; no expansion, no HW move, no error): that is
+        done here and True returned. Otherwise nothing changes and False says the driver
+        must apply `on_follower_fetch`."""
+        prev = self._followers.get(replica)
+        if (prev is None or self._fetch_events or fetch_offset != prev.leo or prev.leo != self._leo
+                or replica not in self._isr
+                or broker_epoch != prev.broker_epoch
+                or (log_start_offset != UNKNOWN and log_start_offset != prev.log_start_offset)):
+            return False
+        el = self._eligibility.get(replica)
+        if el is not None and el.broker_epoch != UNKNOWN and broker_epoch != UNKNOWN \
+                and broker_epoch < el.broker_epoch:
+            return False
+        self._followers[replica] = FollowerState(
+            leo=prev.leo, last_caught_up_ms=_later(prev.last_caught_up_ms, now_ms), last_fetch_ms=now_ms,
+            last_fetch_leader_leo=max(self._leo, prev.last_fetch_leader_leo), broker_epoch=prev.broker_epoch,
+            log_start_offset=prev.log_start_offset)
+        return True
+
     def maybe_shrink_isr(self, now_ms: int) -> Decision:
         """The periodic ISR check (I1/I2): followers not caught up leave.
 

@@ -39,7 +39,10 @@ async def test_producer_rides_through_a_leader_kill_and_loses_no_acked_record(cl
             acked.append(((await p.send_and_wait("orders", b"%d" % i)).offset, b"%d" % i))
     pd = await describe(cluster)
     assert pd.leader in (2, 3) and pd.leader_epoch >= 1
-    assert retried, "the producer should have retried through the election"
+    # Nothing was in flight at the kill: as Kafka's, the producer holds the next batch while broker 1
+    # refuses connections (it drains only for a connected broker) and sends it to the new leader, so
+    # nothing needs a retry; anything it did retry is a retriable error.
+    assert set(retried) <= {"NETWORK_EXCEPTION", "NOT_LEADER_OR_FOLLOWER", "REQUEST_TIMED_OUT"}, retried
     async with Consumer(cluster.bootstrap, {"auto.offset.reset": "earliest"}) as c:
         c.assign([TP])
         got = {}

@@ -947,3 +947,50 @@ def test_lowering_min_isr_at_runtime_releases_a_frozen_hw() -> None:
     assert lead.hw == 10                                   # frozen: ISR 1 < min ISR 2 (X2)
     d = lead.on_min_isr_changed(1, 5)
     assert d.hw_moved and lead.hw == 11
+
+
+def _quiet_leader() -> PartitionLeader:
+    lead = PartitionLeader("t-0", [1, 2, 3], 1, leader_epoch=0, partition_epoch=0, isr=[1, 2, 3], leo=10, hw=0,
+                           lag_max_ms=1000, min_isr=2, profile=KAFKA, now_ms=0, fetch_events=False)
+    for r in (2, 3):
+        lead.on_follower_fetch(r, 10, 100, broker_epoch=7, log_start_offset=0)
+    return lead
+
+
+def test_a_refetch_at_the_leo_in_the_isr_changes_what_a_fetch_would() -> None:
+    """on_follower_refetch (a session Fetch that does not name the partition) takes the
+    fast path only where on_follower_fetch would just refresh the fetch times."""
+    import copy
+    lead = _quiet_leader()
+    twin = copy.deepcopy(lead)
+    assert lead.on_follower_refetch(2, 10, 600, broker_epoch=7, log_start_offset=0)
+    d = twin.on_follower_fetch(2, 10, 600, broker_epoch=7, log_start_offset=0)
+    assert d.error == ErrorCode.NONE and not d.hw_moved and d.isr_proposal is None and not d.completed
+    assert lead.followers == twin.followers and lead.hw == twin.hw and lead.isr == twin.isr
+
+
+@pytest.mark.parametrize("case", ["behind", "other_offset", "new_broker_epoch", "new_log_start", "out_of_isr",
+                                  "fetch_events"])
+def test_a_refetch_leaves_everything_else_to_the_fetch_rule(case: str) -> None:
+    lead = _quiet_leader()
+    offset, epoch, start = 10, 7, 0
+    if case == "behind":
+        lead.on_append(12, 200)
+    elif case == "other_offset":
+        offset = 9
+    elif case == "new_broker_epoch":
+        epoch = 8
+    elif case == "new_log_start":
+        start = 5
+    elif case == "out_of_isr":
+        lead = PartitionLeader("t-0", [1, 2, 3], 1, leader_epoch=0, partition_epoch=0, isr=[1, 3], leo=10, hw=0,
+                               lag_max_ms=1000, min_isr=2, profile=KAFKA, now_ms=0, fetch_events=False)
+        lead.on_follower_fetch(3, 10, 100, broker_epoch=7, log_start_offset=0)
+        lead.on_follower_fetch(2, 10, 100, broker_epoch=7, log_start_offset=0)
+    else:
+        lead = PartitionLeader("t-0", [1, 2, 3], 1, leader_epoch=0, partition_epoch=0, isr=[1, 2, 3], leo=10,
+                               hw=0, lag_max_ms=1000, min_isr=2, profile=KAFKA, now_ms=0)
+        lead.on_follower_fetch(2, 10, 100, broker_epoch=7, log_start_offset=0)
+    before = dict(lead.followers)
+    assert not lead.on_follower_refetch(2, offset, 600, broker_epoch=epoch, log_start_offset=start)
+    assert dict(lead.followers) == before

@@ -31,11 +31,11 @@ def _stop(_sig: int, _frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _one(args: tuple[int, float]) -> tuple[int, list[str], float, float]:
+def _one(args: tuple[int, float, str]) -> tuple[int, list[str], float, float]:
     from minibroker.sim.world import SimSettings, run_seed
-    seed, duration = args
+    seed, duration, workload = args
     t = time.process_time()
-    r = run_seed(seed, settings=SimSettings(duration_s=duration))
+    r = run_seed(seed, settings=SimSettings(duration_s=duration, workload=workload))  # type: ignore[arg-type]
     return seed, r.violations, r.sim_seconds, time.process_time() - t
 
 
@@ -44,6 +44,8 @@ def main() -> int:
     ap.add_argument("--seeds", default="1-10000", help="A-B (inclusive)")
     ap.add_argument("--duration", type=float, default=60.0, help="simulated seconds per seed")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes")
+    ap.add_argument("--workload", choices=["idempotent", "verifiable"], default="idempotent",
+                    help="the producer (minibroker sim --workload)")
     args = ap.parse_args()
     lo, _, hi = args.seeds.partition("-")
     seeds = range(int(lo), int(hi or lo) + 1)
@@ -62,7 +64,7 @@ def main() -> int:
     pool = multiprocessing.get_context("fork").Pool(args.jobs, initializer=_worker_init, maxtasksperchild=50)
     signal.signal(signal.SIGTERM, _stop)        # a background job ignores SIGINT: stop it with SIGTERM
     try:
-        for seed, v, secs, cpu in pool.imap(_one, [(s, args.duration) for s in seeds]):
+        for seed, v, secs, cpu in pool.imap(_one, [(s, args.duration, args.workload) for s in seeds]):
             done += 1
             sim_s += secs
             cpu_s += cpu

@@ -24,15 +24,15 @@ def _parse_seeds(spec: str) -> range:
     return range(a, b + 1)
 
 
-def _settings(duration: float, power_loss: bool) -> Any:
+def _settings(duration: float, power_loss: bool, workload: str = "idempotent") -> Any:
     from minibroker.sim.world import SimSettings
-    return SimSettings(duration_s=duration, power_loss=power_loss)
+    return SimSettings(duration_s=duration, power_loss=power_loss, workload=workload)  # type: ignore[arg-type]
 
 
-def _one(args: tuple[int, float, bool]) -> tuple[int, list[str], str, float]:
+def _one(args: tuple[int, float, bool, str]) -> tuple[int, list[str], str, float]:
     from minibroker.sim.world import run_seed
-    seed, duration, power_loss = args
-    r = run_seed(seed, settings=_settings(duration, power_loss))
+    seed, duration, power_loss, workload = args
+    r = run_seed(seed, settings=_settings(duration, power_loss, workload))
     return seed, r.violations, r.digest, r.sim_seconds
 
 
@@ -55,13 +55,16 @@ def shrunk_plan(seed: int, settings: Any, violations: list[str]) -> Any:
 @click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Worker processes for --seeds.")
 @click.option("--shrink/--no-shrink", "do_shrink", default=None,
               help="Shrink failing plans (default: on for --seed, off for --seeds).")
+@click.option("--workload", type=click.Choice(["idempotent", "verifiable"]), default="idempotent", show_default=True,
+              help="The producer: idempotent with retries (Kafka's default), or Kafka's VerifiableProducer "
+                   "(retries=0, no idempotence, 5 requests in flight, 10x the rate).")
 def sim(seed: int | None, seeds_spec: str | None, duration: float, power_loss: bool, jobs: int,
-        do_shrink: bool | None) -> None:
+        do_shrink: bool | None, workload: str) -> None:
     """Deterministic simulation of a whole cluster (controller, 3 brokers, producer, consumer) under a
     seeded nemesis, on virtual time: same seed, same trace, same digest."""
     if (seed is None) == (seeds_spec is None):
         raise click.UsageError("give exactly one of --seed N or --seeds A-B")
-    settings = _settings(duration, power_loss)
+    settings = _settings(duration, power_loss, workload)
     if seed is not None:
         from minibroker.sim.world import run_seed
         r = run_seed(seed, settings=settings)
@@ -80,7 +83,7 @@ def sim(seed: int | None, seeds_spec: str | None, duration: float, power_loss: b
     t0 = time.monotonic()
     total_violations = failing = 0
     sim_s = 0.0
-    work = [(s, duration, power_loss) for s in seeds]
+    work = [(s, duration, power_loss, workload) for s in seeds]
     results: Iterator[tuple[int, list[str], str, float]]
     if jobs > 1:
         import multiprocessing

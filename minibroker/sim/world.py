@@ -3,7 +3,11 @@ simulated loop and network, a seeded fault plan, the invariants, a trace.
 
 Owns: the processes of one run (their configs, starting, killing, pausing,
 controlled shutdown, restarting on the same data directory), the workload
-(one acks=all producer, one consumer reading everything), the nemesis that
+(one acks=all producer, one consumer reading everything; the producer is
+idempotent with retries, Kafka's default, or with `workload="verifiable"`
+Kafka's VerifiableProducer: retries=0, no idempotence, five requests in
+flight, ten times the rate, so a partition's order rests on the client's
+and the broker's request order alone), the nemesis that
 carries out a `Plan`, the observations fed to `Invariants`, and the trace
 whose digest says whether two runs were the same. Everything random comes
 from the run's seed: the network's latencies, the plan, the global `random`
@@ -28,7 +32,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from minibroker import clock
 from minibroker.broker.server import BrokerServer
@@ -74,6 +78,7 @@ class SimSettings:
     idle_window_s: float = 3.0
     max_idle_requests_per_partition_s: float = 30.0
     power_loss: bool = False
+    workload: Literal["idempotent", "verifiable"] = "idempotent"
 
     @property
     def liveness_window_s(self) -> float:
@@ -322,14 +327,19 @@ class World:
 
     # -- workload --------------------------------------------------------------
     async def producer_main(self) -> None:
-        prod = Producer(self.bootstrap, {"acks": "all", "linger.ms": "5", "request.timeout.ms": "3000",
-                                         "delivery.timeout.ms": "10000", "retry.backoff.ms": "100",
-                                         "max.block.ms": "5000", "client.id": "sim-producer"})
+        cfg = {"acks": "all", "linger.ms": "5", "request.timeout.ms": "3000", "delivery.timeout.ms": "10000",
+               "retry.backoff.ms": "100", "max.block.ms": "5000", "client.id": "sim-producer"}
+        interval_s = self.s.produce_interval_s
+        if self.s.workload == "verifiable":
+            cfg.update({"retries": "0", "enable.idempotence": "false", "linger.ms": "2",
+                        "max.in.flight.requests.per.connection": "5"})
+            interval_s /= 10
+        prod = Producer(self.bootstrap, cfg)
         prod.on_retry = self._on_retry
         seq = 0
         pending: set[asyncio.Task] = set()
         while not self.stopping:
-            await asyncio.sleep(self.s.produce_interval_s)
+            await asyncio.sleep(interval_s)
             if self.quiet or self.stopping:
                 continue
             seq += 1

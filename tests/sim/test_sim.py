@@ -258,3 +258,20 @@ def test_cli_sim_seed_prints_the_trace_and_a_digest_and_seeds_prints_totals():
     last = many.output.strip().splitlines()[-1]
     assert last.startswith("seeds=2 violations=")
     assert many.exit_code == (0 if last == "seeds=2 violations=0" else 1)
+
+
+@pytest.mark.timeout(900)
+def test_seeds_with_the_verifiable_producer_keep_every_partition_in_send_order():
+    """Kafka's VerifiableProducer settings (retries=0, no idempotence, five requests in flight):
+    nothing but the client's and the broker's request order keeps a partition's records in send
+    order, and the checker reports reordered and duplicated records."""
+    verifiable = SimSettings(duration_s=30.0, workload="verifiable")
+    with multiprocessing.get_context("fork").Pool(2, maxtasksperchild=5) as pool:
+        failed = [(s, v) for s, v in pool.imap(_verifiable_violations, range(1, 21)) if v]
+    assert not failed, failed[:5]
+    r = run_seed(3, settings=verifiable)
+    assert sum(1 for line in r.trace if " ack " in line) > 200
+
+
+def _verifiable_violations(seed: int) -> tuple[int, list[str]]:
+    return seed, run_seed(seed, settings=SimSettings(duration_s=30.0, workload="verifiable")).violations

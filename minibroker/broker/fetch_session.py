@@ -38,10 +38,6 @@ INITIAL_EPOCH = 0                 # a full Fetch that opens a new session
 FINAL_EPOCH = -1                  # a full Fetch without a session (consumers)
 MAX_SESSION_ID = 2**31 - 1
 
-# The fields of a Fetch entry the leader keeps: a change to any of them is news for the leader.
-POSITION_FIELDS = ("fetch_offset", "current_leader_epoch", "last_fetched_epoch", "log_start_offset",
-                   "partition_max_bytes")
-
 
 def next_epoch(epoch: int) -> int:
     """The epoch after `epoch` (wraps to 1: 0 is reserved for opening a session)."""
@@ -194,7 +190,10 @@ class FollowerSession:
                                                                bool]:
         """Triggered before each Fetch, with an entry for every partition to fetch now.
         Returns (the entries to send, the partitions to forget, whether the Fetch is full)."""
-        wanted = {(topic, p["partition"]): (topic, *(p[f] for f in POSITION_FIELDS)) for topic, p in entries}
+        # The fields of an entry the leader keeps: a change to any of them is news for the leader.
+        wanted = {(topic, p["partition"]): (topic, p["fetch_offset"], p["current_leader_epoch"],
+                                            p["last_fetched_epoch"], p["log_start_offset"], p["partition_max_bytes"])
+                  for topic, p in entries}
         self._pending = wanted
         self._pending_full = self.session_id == INVALID_SESSION_ID
         if self._pending_full:

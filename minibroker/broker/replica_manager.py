@@ -781,14 +781,14 @@ class ReplicaManager:
         for i, (topic, p) in enumerate(requests):
             if i and i % REQUEST_SLICE == 0:
                 await asyncio.sleep(0)
-            if changed is not None:
-                if (topic, p["partition"]) not in changed:
-                    continue
-            elif stamps[i] is not None and self._read_stamp(topic, p["partition"]) == stamps[i]:
+            if changed is not None and (topic, p["partition"]) not in changed:
+                continue
+            stamp = self._read_stamp(topic, p["partition"])
+            if changed is None and stamps[i] is not None and stamp == stamps[i]:
                 continue
             total -= len(results[i].records)
             max_bytes = min(max(p["partition_max_bytes"], 0), budget - total)
-            stamps[i] = self._read_stamp(topic, p["partition"])
+            stamps[i] = stamp
             r = self._read_partition(topic, p, body, now, max(max_bytes, 0), total == 0, False)
             if total + len(r.records) > room:
                 r.records = b""

@@ -377,8 +377,7 @@ async def test_channel_reconnects_after_the_controller_restarts(controller):
     port = controller.port
     await controller.stop()
     beats = len(controller.heartbeats)
-    # the controller stays down a while (the outage is the behaviour under test)
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)     # the controller stays down a while: the outage is the behaviour under test
     await controller.start(port)
     controller.append(TopicRecord("after", "a", 1))
     await until(lambda: "after" in image.topics)

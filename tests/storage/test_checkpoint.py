@@ -97,7 +97,7 @@ def test_process_killed_during_checkpoint_write_keeps_previous_checkpoint(tmp_pa
         "import os as _os\n"
         "def _hang(*a):\n"
         "    announce('TORN before rename')\n"
-        "    time.sleep(600)\n"
+        "    time.sleep(600)  # hangs mid-write until SIGKILLed: the torn write is under test\n"
         "_os.replace = _hang")
     child = Child(f"""
         from minibroker.storage.checkpoint import OffsetCheckpointFile

@@ -36,7 +36,7 @@ CHILD = """
         i += 1
     {after}
     announce("DONE")
-    time.sleep(600)
+    time.sleep(600)        # the child waits here to be SIGKILLed: the crash is the behaviour under test
 """
 
 

@@ -75,7 +75,7 @@ def main() -> int:
         os.makedirs(prof_dir, exist_ok=True)
         os.environ["MB_CPROFILE_DIR"] = prof_dir
         cluster = LocalCluster.create(tmp + "/cluster", free_ports=True, proxied=False)
-        client = cProfile.Profile()
+        client = cProfile.Profile(time.thread_time)
         try:
             run_async(cluster.up())
             pids = {b: cluster.pids.get(f"broker-{b}") for b in (1, 2, 3)}

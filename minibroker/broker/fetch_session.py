@@ -13,10 +13,13 @@ An idle follower of 1,000 partitions then sends and receives Fetches that
 name no partition, instead of 1,000 entries each way every
 replica.fetch.wait.max.ms.
 
-Must not know: the log, the wire, replication rules, time. The leader still
-reads every partition of a session on each Fetch (the follower's fetch
-offset is its acknowledgement and keeps it in the ISR: Kafka's
-IncrementalFetchContext does the same); only the response is filtered.
+Must not know: the log, the wire, replication rules, time. The leader
+applies the follower-fetch rule to every partition of a session on each
+Fetch (the follower's fetch offset is its acknowledgement and keeps it in
+the ISR: Kafka's IncrementalFetchContext does the same), but it reads again
+only the partitions whose state may have moved: the driver keeps, per
+session, the partitions last read quiet (`quiet`) and the change count at
+which all of them were known to hold (`quiet_at`).
 
 Rules KS1-KS4 of docs/rules.md; simplified (KS2): one session per follower
 broker, no cache slots or idle eviction. Sessions are for replica fetches only (consumers fetch without one: session
@@ -56,9 +59,11 @@ class FetchSession:
     epoch: int                                        # the epoch the next incremental Fetch must carry
     partitions: dict[PartitionKey, tuple[str, Entry]] = field(default_factory=dict)
     told: dict[PartitionKey, tuple[int, int]] = field(default_factory=dict)
-    # The driver's (state stamp, result) of the last read of a caught-up partition with nothing to say
-    # (opaque here): while the follower does not name it and the stamp holds, the read would give the same.
-    quiet: dict[PartitionKey, tuple[Any, Any]] = field(default_factory=dict)
+    # The driver's (state stamp, result, core) of the last read of a caught-up partition with nothing to
+    # say (opaque here): while the follower does not name it and the stamp holds, the read would give the same.
+    quiet: dict[PartitionKey, tuple[Any, Any, Any]] = field(default_factory=dict)
+    # The driver's change count at which every `quiet` stamp was last known to hold (-1: not known).
+    quiet_at: int = -1
 
     def must_respond(self, key: PartitionKey, error: int, high_watermark: int, log_start_offset: int,
                      has_records: bool, diverging: bool) -> bool:
@@ -179,6 +184,8 @@ class FollowerSession:
     epoch: int = INITIAL_EPOCH
     held: dict[PartitionKey, tuple[Any, ...]] = field(default_factory=dict)
     _pending: dict[PartitionKey, tuple[Any, ...]] = field(default_factory=dict)
+    # Invariant: the `wanted` map of the last full comparison; `held is _built` says the leader holds it.
+    _built: dict[PartitionKey, tuple[Any, ...]] | None = None
     _pending_full: bool = True
 
     @property
@@ -186,15 +193,21 @@ class FollowerSession:
         """(session_id, session_epoch) for the next Fetch: (0, 0) opens a session."""
         return self.session_id, self.epoch
 
-    def build(self, entries: list[tuple[str, Entry]]) -> tuple[list[tuple[str, Entry]], list[dict[str, Any]],
-                                                               bool]:
+    def build(self, entries: list[tuple[str, Entry]], *, same: bool = False) -> tuple[
+            list[tuple[str, Entry]], list[dict[str, Any]], bool]:
         """Triggered before each Fetch, with an entry for every partition to fetch now.
-        Returns (the entries to send, the partitions to forget, whether the Fetch is full)."""
+        Returns (the entries to send, the partitions to forget, whether the Fetch is full).
+        `same`: the caller knows `entries` equal those of the previous build; once the
+        session holds them, the Fetch names and forgets nothing without comparing them."""
+        if same and self.session_id != INVALID_SESSION_ID and self.held is self._built:
+            self._pending = self.held
+            self._pending_full = False
+            return [], [], False
         # The fields of an entry the leader keeps: a change to any of them is news for the leader.
         wanted = {(topic, p["partition"]): (topic, p["fetch_offset"], p["current_leader_epoch"],
                                             p["last_fetched_epoch"], p["log_start_offset"], p["partition_max_bytes"])
                   for topic, p in entries}
-        self._pending = wanted
+        self._pending = self._built = wanted
         self._pending_full = self.session_id == INVALID_SESSION_ID
         if self._pending_full:
             return entries, [], True

@@ -54,6 +54,9 @@ class FetcherHooks(Protocol):
     def flush(self, parts: list[Partition]) -> Awaitable[None]:
         """fsync the given logs before the next Fetch acknowledges them (or nothing)."""
 
+    def state_changes(self) -> int:
+        """A count that moves whenever any replica's log end, log start, HW or role moves."""
+
 
 @dataclass(frozen=True, slots=True)
 class FetcherSettings:
@@ -133,6 +136,9 @@ class ReplicaFetcher:
         # truncated since), so an idle follower does not rebuild 1,000 positions per Fetch.
         self._built: dict[PartitionKey, tuple[FetchState, int, int, dict[str, Any]]] = {}
         self._dirty: set[PartitionKey] = set()
+        # Invariant: the ready states, the hooks' change count and the entries of the last build; while
+        # the first two hold and nothing is dirty, the next build gives the same entries.
+        self._last_build: tuple[list[FetchState], int, list[tuple[str, dict[str, Any]]]] | None = None
         self.requests = 0
         self.last_named = 0               # partitions the last Fetch named (all, or in a session the changed)
 
@@ -160,6 +166,7 @@ class ReplicaFetcher:
     def remove(self, key: PartitionKey) -> None:
         self._states.pop(key, None)
         self._built.pop(key, None)
+        self._last_build = None
 
     def stop(self) -> None:
         if self._task is not None:
@@ -235,9 +242,13 @@ class ReplicaFetcher:
     def _build(self, ready: list[FetchState]) -> tuple[dict[str, Any], bool]:
         """The next Fetch: in a session (KIP-227) it names only the partitions whose position
         changed and forgets those no longer fetched; returns (the body, whether it is full)."""
+        built, dirty = self._built, self._dirty
+        changes = self.hooks.state_changes()
+        last = self._last_build
+        if not dirty and last is not None and last[1] == changes and last[0] == ready:
+            return self._body(last[2], True)          # an idle follower: nothing any entry depends on moved
         entries: list[tuple[str, dict[str, Any]]] = []
         pmax = self.settings.partition_max_bytes
-        built, dirty = self._built, self._dirty
         for st in ready:
             part = st.partition
             leo, start = part.leo, part.log_start_offset
@@ -253,8 +264,12 @@ class ReplicaFetcher:
             built[part.key] = (st, leo, start, entry)
             entries.append((part.topic, entry))
         dirty.clear()
+        self._last_build = (ready, changes, entries)
+        return self._body(entries, False)
+
+    def _body(self, entries: list[tuple[str, dict[str, Any]]], same: bool) -> tuple[dict[str, Any], bool]:
         session_id, epoch = self._session.request_ids
-        send, forgotten, full = self._session.build(entries)
+        send, forgotten, full = self._session.build(entries, same=same)
         self.last_named = len(send)
         topics: dict[str, list[dict[str, Any]]] = {}
         for topic, entry in send:

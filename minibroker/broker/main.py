@@ -66,13 +66,26 @@ def run(config: Config) -> int:
     profile_dir = os.environ.get("MB_CPROFILE_DIR", "")
     if profile_dir:                       # bench/profile_cluster.py: a cProfile of the whole run
         import cProfile
-        prof = cProfile.Profile()
-        prof.enable()
+        import signal
+        import time
+        timer = time.thread_time if os.environ.get("MB_CPROFILE_CLOCK") == "cpu" else time.perf_counter
+        profs = [cProfile.Profile(timer)]
+        path = os.path.join(profile_dir, f"broker-{server.node_id}.prof")
+
+        def cut(_sig: int, _frame: object) -> None:
+            """SIGUSR1: write what was profiled since the last cut to <path>.<n> and start afresh,
+            so two cuts bracket a window (idleness, say)."""
+            profs[-1].disable()
+            profs[-1].dump_stats(f"{path}.{len(profs)}")
+            profs.append(cProfile.Profile(timer))
+            profs[-1].enable()
+        signal.signal(signal.SIGUSR1, cut)
+        profs[0].enable()
         try:
             return _run_loop(server)
         finally:
-            prof.disable()
-            prof.dump_stats(os.path.join(profile_dir, f"broker-{server.node_id}.prof"))
+            profs[-1].disable()
+            profs[-1].dump_stats(path)
     return _run_loop(server)
 
 

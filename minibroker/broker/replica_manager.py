@@ -485,6 +485,7 @@ class ReplicaManager:
         for part in list(self._partitions.values()):
             if part.log.delete_old_segments(now, high_watermark=part.hw):
                 part.on_log_start_moved()
+                self.purgatory.on_state_change(part.key)      # F6: parked fetches see the new log start
 
     # ================================================================ flushing
 
@@ -518,6 +519,11 @@ class ReplicaManager:
                 self.purgatory.on_hw_move(part.key, part.readable_bytes(old_hw, new_hw))
         else:
             self.purgatory.touched()
+
+    def state_changes(self) -> int:
+        """The purgatory's change count: it moves with every append, HW move, truncation,
+        log start move and role change on any partition."""
+        return self.purgatory.changes
 
     def on_follower_truncated(self, part: Partition) -> None:
         self.purgatory.on_state_change(part.key)
@@ -689,6 +695,7 @@ class ReplicaManager:
         if replica_id >= 0 and not ctx.authenticated:
             raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                              f"Fetch as replica {replica_id} needs an authenticated inter-broker connection")
+        changes_start = self.purgatory.changes
         now = self.clock()
         requests = await _dedupe_fetch_entries(body["topics"])
         session: FetchSession | None = None
@@ -701,16 +708,22 @@ class ReplicaManager:
                 return {"error": int(opened.error), "message": opened.message, "session_id": INVALID_SESSION_ID,
                         "throttle_time_ms": 0, "topics": []}
             session, requests, full = opened.session, opened.requests, opened.full
+        watched: list[PartitionKey] | None = None      # set when quiet partitions are left out of `requests`
+        if (session is not None and not full and session.quiet and session.quiet_at == self.purgatory.changes
+                and self._refetch_quiet(session, body, now)):
+            watched = list(session.partitions)
+            quiet = session.quiet
+            requests = [e for e in requests if (e[0], e[1]["partition"]) not in quiet]
         stamps: list[tuple[Any, ...] | None] | None = [] if replica_id >= 0 else None
         changes_before = self.purgatory.changes
         results, total, respond_now = await self._read_all(requests, body, now, initial=True, stamps=stamps,
                                                            session=session if not full else None)
-        if (respond_now or body["max_wait_ms"] <= 0 or not requests or total >= body["min_bytes"]):
+        if (respond_now or body["max_wait_ms"] <= 0 or not (requests or watched) or total >= body["min_bytes"]):
             if session is not None and stamps is not None:
-                self._remember_quiet(session, requests, results, stamps)
+                self._remember_quiet(session, requests, results, stamps, changes_start)
             return self._fetch_response(requests, results, session, full)
-        op = DelayedFetch([(t, p["partition"]) for t, p in requests], body["min_bytes"] - total,
-                          follower=replica_id >= 0)
+        op = DelayedFetch(watched if watched is not None else [(t, p["partition"]) for t, p in requests],
+                          body["min_bytes"] - total, follower=replica_id >= 0)
         self.purgatory.watch(op)
         # Nothing moved on any partition while they were read: what moves from now on is in op.changed.
         complete_since_read = self.purgatory.changes == changes_before
@@ -720,28 +733,63 @@ class ReplicaManager:
             self.purgatory.close(op)
         if stamps is not None:
             changed = op.changed if complete_since_read else None
+            if watched is not None and session is not None and (changed is None or changed):
+                self._readmit_quiet(session, requests, results, stamps, changed)
             if changed is None or changed:
                 await self._reread_changed(requests, body, results, stamps, self.clock(), changed)
             if session is not None:
-                self._remember_quiet(session, requests, results, stamps)
+                self._remember_quiet(session, requests, results, stamps, changes_start)
         else:
             results, _, _ = await self._read_all(requests, body, self.clock(), initial=False)
         return self._fetch_response(requests, results, session, full)
 
+    def _refetch_quiet(self, session: FetchSession, body: dict, now: int) -> bool:
+        """An incremental Fetch while no partition's state moved since the session's quiet
+        partitions were last read (`quiet_at`): each would read as then, so only the
+        follower-fetch rule is applied to each (`on_follower_refetch`: its fetch keeps it
+        caught up, I3/L1) and they are left out of the read and the response (KS4: nothing
+        to tell). False when some core needs the full rule: the caller then reads them all."""
+        replica, broker_epoch = body["replica_id"], body["broker_epoch"]
+        parts = session.partitions
+        for key, q in session.quiet.items():
+            p = parts[key][1]
+            if not q[2].on_follower_refetch(replica, p["fetch_offset"], now, broker_epoch=broker_epoch,
+                                            log_start_offset=p["log_start_offset"]):
+                return False
+        return True
+
     @staticmethod
-    def _remember_quiet(session: FetchSession, requests: list[tuple[str, dict]], results: list[ReadResult],
-                        stamps: list[tuple[Any, ...] | None]) -> None:
+    def _readmit_quiet(session: FetchSession, requests: list[tuple[str, dict]], results: list[ReadResult],
+                       stamps: list[tuple[Any, ...] | None], changed: set[PartitionKey] | None) -> None:
+        """After a park that left the quiet partitions out: those that moved (all, when the
+        purgatory did not see every move) rejoin the request with their quiet stamp and
+        result, for `_reread_changed` to read again."""
+        parts = session.partitions
+        for key, (stamp, r, _core) in session.quiet.items():
+            if changed is None or key in changed:
+                requests.append(parts[key])
+                results.append(r)
+                stamps.append(stamp)
+
+    def _remember_quiet(self, session: FetchSession, requests: list[tuple[str, dict]], results: list[ReadResult],
+                        stamps: list[tuple[Any, ...] | None], changes_start: int) -> None:
         """After a session Fetch: the partitions whose follower is at the LEO with nothing to
         read or report, with the state they were read in (`_read_all` answers them again
-        without reading while neither moves)."""
+        without reading while neither moves). When no partition moved since the Fetch
+        began, every quiet stamp holds at `changes_start`: the next Fetch may skip them while
+        the purgatory's change count stays there (`_refetch_quiet`)."""
         quiet = session.quiet
+        parts = self._partitions
         for (topic, p), r, stamp in zip(requests, results, stamps, strict=True):
             key = (topic, p["partition"])
             if (stamp is not None and r.error == ErrorCode.NONE and not r.records and r.diverging_epoch is None
                     and p["fetch_offset"] == stamp[2]):
-                quiet[key] = (stamp, r)
-            else:
-                quiet.pop(key, None)
+                part = parts.get(key)
+                if part is not None and part.core is not None:
+                    quiet[key] = (stamp, r, part.core)
+                    continue
+            quiet.pop(key, None)
+        session.quiet_at = changes_start if self.purgatory.changes == changes_start else -1
 
     def _fetched_again(self, part: Partition, p: dict, body: dict, now: int, quiet: ReadResult) -> ReadResult:
         """A session partition the follower did not name, in the state of its last quiet read:

@@ -25,7 +25,7 @@ import heapq
 import itertools
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 from collections.abc import Iterable, Mapping
 
 from minibroker.errors import ErrorCode
@@ -46,9 +46,9 @@ _STAY_PENDING_ON = frozenset({
 UNKNOWN = -1
 
 
-@dataclass(frozen=True, slots=True)
-class FollowerState:
-    """What the leader knows about one follower (L1). Replaced, never mutated.
+class FollowerState(NamedTuple):
+    """What the leader knows about one follower (L1). Replaced, never mutated (a named
+    tuple: every follower fetch builds one, and a tuple is the cheapest immutable record).
 
     Invariant: leo == -1 means unknown (no fetch since this broker became
     leader); last_caught_up_ms / last_fetch_ms None means never (Kafka's 0).

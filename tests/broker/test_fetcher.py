@@ -62,6 +62,7 @@ class Hooks:
     def __init__(self) -> None:
         self.progress: list[tuple[int, int]] = []
         self.truncated = 0
+        self.changes = 0
 
     def on_follower_progress(self, part: Partition, old_hw: int, appended: int) -> None:
         self.progress.append((old_hw, appended))
@@ -71,6 +72,9 @@ class Hooks:
 
     async def flush(self, parts: list[Partition]) -> None:
         pass
+
+    def state_changes(self) -> int:
+        return self.changes
 
 
 def follower(tmp_path, batches: list[tuple[int, int]] = (), events: list[Event] | None = None) -> Partition:
@@ -263,3 +267,33 @@ async def test_a_divergence_that_truncates_nothing_backs_off_and_reports_the_stu
     assert "truncation changed nothing (LEO 2, epochs 3:0)" in stuck[0].reason
     assert st.core.status(0)["stuck_reason"] in stuck[0].reason and st.core.status(0)["phase"] == "delayed"
     await fm.shutdown()
+
+
+async def test_an_idle_session_reuses_its_entries_and_a_change_count_move_rebuilds_them(tmp_path, events):
+    part = follower(tmp_path)
+    batch = stamp(build_batch([b"a"]), 0, 5)
+    hooks = Hooks()
+    gate = asyncio.Event()
+    state = {"records": b""}
+
+    def answer(api: int, body: dict) -> dict:
+        resp = answer_partition(records=state["records"], high_watermark=0) if body["session_epoch"] == 0 \
+            or state["records"] else {"error": 0, "topics": []}
+        state["records"] = b""
+        if len(conn.fetches()) >= 4:
+            gate.set()
+        return {**resp, "session_id": 7}
+
+    conn = ScriptedLeader(answer)
+    fm = manager(conn, hooks, events)
+    fm.add(part, 1, 5)
+    await until(gate.is_set)
+    idle = conn.fetches()[1:4]
+    assert [b["session_epoch"] for b in idle] == [1, 2, 3] and all(b["topics"] == [] for b in idle)
+    n = len(conn.fetches())
+    state["records"] = batch                   # the leader answers the next Fetch with a record
+    hooks.changes += 1
+    await until(lambda: any(p["fetch_offset"] == 1 for b in conn.fetches()[n:] for t in b["topics"]
+                            for p in t["partitions"]))
+    await fm.shutdown()
+    assert part.leo == 1

@@ -414,6 +414,69 @@ async def test_replica_status_reports_the_leaders_view(broker):
     assert broker.rm.leaderships() == [(T, 0)] and broker.rm.high_watermark(T, 0) == 0
 
 
+# ------------------------------------------------------------------ replica fetch sessions (KS3)
+
+
+async def session_fetch(broker: Broker, parts: list[dict], session_id: int, epoch: int, *,
+                        max_wait_ms: int = 0) -> dict:
+    body = {"replica_id": 2, "broker_epoch": 12, "max_wait_ms": max_wait_ms, "min_bytes": 1,
+            "max_bytes": 50 << 20, "rack_id": "", "session_id": session_id, "session_epoch": epoch,
+            "forgotten_topics": None,
+            "topics": [{"topic": T, "partitions": [
+                {"current_leader_epoch": 0, "last_fetched_epoch": -1, "log_start_offset": 0,
+                 "partition_max_bytes": 1 << 20, **p} for p in parts]}] if parts else []}
+    return await broker.rm.handle_fetch(broker.peer_ctx, body)
+
+
+async def test_an_idle_session_fetch_skips_the_quiet_partitions_and_still_keeps_the_follower_caught_up(
+        broker, monkeypatch):
+    broker.setup(replicas=(1, 2), partitions=3)
+    opened = await session_fetch(broker, [{"partition": p, "fetch_offset": 0} for p in range(3)], 0, 0)
+    sid = opened["session_id"]
+    assert sid and len(entries(opened)) == 3
+    assert entries(await session_fetch(broker, [], sid, 1)) == []      # every partition quiet from here on
+    reads: list[tuple[str, int]] = []
+    stamp = broker.rm._read_stamp
+    monkeypatch.setattr(broker.rm, "_read_stamp", lambda t, i: reads.append((t, i)) or stamp(t, i))
+    broker.now += 5_000
+    assert entries(await session_fetch(broker, [], sid, 2)) == []
+    assert reads == [], "nothing moved: no quiet partition is read again"
+    for p in range(3):                                                  # I3/L1: the fetch still counts
+        f = broker.part(p).core.followers[2]
+        assert (f.last_fetch_ms, f.last_caught_up_ms) == (broker.now, broker.now)
+
+
+async def test_a_write_to_a_quiet_partition_wakes_the_parked_session_fetch_with_its_records(broker):
+    broker.setup(replicas=(1, 2), partitions=3)
+    sid = (await session_fetch(broker, [{"partition": p, "fetch_offset": 0} for p in range(3)], 0, 0))["session_id"]
+    await session_fetch(broker, [], sid, 1)
+    parked = asyncio.ensure_future(session_fetch(broker, [], sid, 2, max_wait_ms=30_000))
+    await until(lambda: broker.rm.purgatory.watching((T, 1)), "the session fetch to park on every partition")
+    await broker.produce([b"x"], partition=1)
+    (e,) = entries(await asyncio.wait_for(parked, 10))
+    assert e["partition"] == 1 and [r.value for r in iter_records(e["records"])] == [b"x"]
+    (e,) = entries(await session_fetch(broker, [{"partition": 1, "fetch_offset": 1}], sid, 3))
+    assert (e["partition"], e["high_watermark"], e["records"]) == (1, 0, b"")    # F7: the HW before its effect
+    assert broker.part(1).hw == 1
+    (e,) = entries(await session_fetch(broker, [], sid, 4))
+    assert (e["partition"], e["high_watermark"]) == (1, 1), "the HW it moved is news for the follower (KS4)"
+    assert entries(await session_fetch(broker, [], sid, 5)) == []
+
+
+async def test_a_change_anywhere_sends_the_next_session_fetch_through_the_quiet_partitions_again(
+        broker, monkeypatch):
+    broker.setup(replicas=(1, 2), partitions=3)
+    sid = (await session_fetch(broker, [{"partition": p, "fetch_offset": 0} for p in range(3)], 0, 0))["session_id"]
+    await session_fetch(broker, [], sid, 1)
+    await broker.produce([b"x"], partition=0)             # the follower has not fetched it yet
+    reads: list[tuple[str, int]] = []
+    stamp = broker.rm._read_stamp
+    monkeypatch.setattr(broker.rm, "_read_stamp", lambda t, i: reads.append((t, i)) or stamp(t, i))
+    (e,) = entries(await session_fetch(broker, [], sid, 2))
+    assert e["partition"] == 0 and [r.value for r in iter_records(e["records"])] == [b"x"]
+    assert set(reads) == {(T, 0), (T, 1), (T, 2)}, "every quiet partition's state is compared again"
+
+
 # ------------------------------------------------------------------ durability timers
 
 

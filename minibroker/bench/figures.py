@@ -39,8 +39,10 @@ FIGURES: tuple[Figure, ...] = (
     Figure("idle_cpu_pct", "idle partitions: CPU, busiest broker", "% of a core", ".1f"),
     Figure("idle_rss_mib", "idle partitions: RSS, largest broker", "MiB", ",.0f"),
     Figure("idle_fds", "idle partitions: fds, most on a broker", "fds", ",.0f"),
-    Figure("multi_rate", "batched over the idle partitions", "records/s", ",.0f"),
+    Figure("multi_rate", "batched over the idle partitions, sticky runs", "records/s", ",.0f"),
     Figure("multi_ratio", "those partitions / one partition", "x", ".2f"),
+    Figure("rr_rate", "batched over the idle partitions, round robin", "records/s", ",.0f"),
+    Figure("rr_ratio", "round robin / one partition", "x", ".2f"),
 )
 FIGURE_BY_KEY: dict[str, Figure] = {f.key: f for f in FIGURES}
 
@@ -178,6 +180,10 @@ def goal_rows(stats: Mapping[str, Stat], ceiling: Ceiling | None, *, session_tim
     rows.append(_abs_row(f"{idle} RSS (MiB)", "idle_rss_mib", stats,
                          "<= 100 MB (95.4 MiB) per broker", lambda v: v * 1.048576 <= 100.0,
                          unjudged=few if rss else None))
+    rr = stats.get("rr_ratio")
+    rows.append(_abs_row(f"{idle} / 1 partition (x)", "multi_ratio", stats,
+                         ">= 0.8 (sticky runs" + (f"; round robin {rr.median:.2f})" if rr else ")"),
+                         lambda v: v >= 0.8, unjudged=few if stats.get("multi_ratio") else None))
     limit = None if session_timeout_ms is None else session_timeout_ms + 1000
     rows.append(_abs_row("failover gap (ms)", "failover_ms", stats,
                          f"<= session timeout + 1 s ({limit:,} ms)" if limit else "<= session timeout + 1 s",

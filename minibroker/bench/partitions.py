@@ -7,7 +7,9 @@ idleness measures each broker process: CPU as a percentage of one core
 is stable when no ISR changed over the window: every partition's ISR reads the
 same before and after (Metadata), and the brokers' ISR shrink and expand counters
 (their metrics endpoint, read only before and after) did not move. Then the
-batched producer writes to all N partitions, round robin, for the aggregate rate.
+batched producer writes to all N partitions for the aggregate rate: once in runs of
+one full batch per partition in turn (as Kafka's sticky partitioner spreads keyless records),
+once round robin (one record per partition in turn, the worst case for batching).
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from minibroker.client.accumulator import ProducerBatch
+from minibroker.client.accumulator import BATCH_OVERHEAD, RECORD_OVERHEAD, ProducerBatch
 from minibroker.client.admin import Admin
 from minibroker.client.producer import Producer
 from minibroker.errors import KafkaError
@@ -118,9 +120,18 @@ async def idle_partitions(cluster: LocalCluster, admin: Admin, topic: str, n: in
     return IdleResult(n, created, dt, brokers, changed, delta)
 
 
-async def produce_round_robin(bootstrap: str, topic: str, count: int, size: int,
-                              cfg: dict[str, Any]) -> tuple[int, int, float]:
-    """The batched run of produce.py, but record i goes to partition i mod N."""
+def records_per_batch(batch_size: int, size: int) -> int:
+    """How many `size`-byte unkeyed records fill one producer batch of `batch_size` (the
+    producer's own size estimate, so the run's last record closes the batch)."""
+    return max(1, (batch_size - BATCH_OVERHEAD) // (RECORD_OVERHEAD + size))
+
+
+async def produce_spread(bootstrap: str, topic: str, count: int, size: int, cfg: dict[str, Any],
+                         run: int = 1) -> tuple[int, int, float]:
+    """The batched run of produce.py over every partition: record i goes to partition
+    (i // run) mod N. run=1 is round robin (one record per partition in turn: batches of a
+    few records); run=records_per_batch loads the partitions in turn one full batch at a
+    time, the way Kafka's sticky partitioner (KIP-480) spreads keyless records."""
     acked = failed = 0
 
     def done(batch: ProducerBatch, _base: int, err: KafkaError | None) -> None:
@@ -135,9 +146,10 @@ async def produce_round_robin(bootstrap: str, topic: str, count: int, size: int,
         n = await p.partitions_for(topic)
         value = b"m" * size
         send = p.send
+        run = max(1, run)
         start = time.perf_counter()
         for i in range(count):
-            await send(topic, value, partition=i % n)
+            await send(topic, value, partition=(i // run) % n)
         await p.flush()
         elapsed = time.perf_counter() - start
     return acked, failed, elapsed

@@ -28,7 +28,7 @@ from minibroker.bench.catchup import follower_catch_up
 from minibroker.bench.e2e import end_to_end
 from minibroker.bench.failover import failover_gap, session_timeout_ms
 from minibroker.bench.figures import Stat, summarize
-from minibroker.bench.partitions import SETTLE_S, idle_partitions, produce_round_robin
+from minibroker.bench.partitions import SETTLE_S, idle_partitions, produce_spread, records_per_batch
 from minibroker.bench.produce import pct, run_classic
 from minibroker.client.admin import Admin
 from minibroker.testing.cluster import LocalCluster
@@ -218,13 +218,18 @@ async def _idle(opts: BenchOptions, cluster: LocalCluster, admin: Admin, topic: 
     if r.brokers:
         once.update(idle_cpu_pct=max(b.cpu_pct for b in r.brokers), idle_rss_mib=max(b.rss_mib for b in r.brokers),
                     idle_fds=max(b.fds for b in r.brokers))
-    acked, failed, secs = await produce_round_robin(cluster.bootstrap, topic, opts.count, opts.size,
-                                                    opts.producer_cfg)
-    rate = acked / secs if secs else 0.0
-    ratio = f"{rate / single_rate:.2f}" if single_rate else "-"
-    out(f"batched over all {r.partitions:,} partitions (round robin): {acked:,} records in {secs:.2f} s = "
-        f"{rate:,.0f} records/s; ratio to the {opts.partitions}-partition batched rate ({single_rate:,.0f}): {ratio}"
-        + (f" ({failed} failed)" if failed else ""))
-    once["multi_rate"] = rate
-    if single_rate:
-        once["multi_ratio"] = rate / single_rate
+    run = records_per_batch(int(opts.producer_cfg.get("batch.size", 16384)), opts.size)
+    count = max(opts.count, run * r.partitions)          # every partition takes at least one full batch
+    for key, how, run_len, n in (("multi", f"runs of {run:,} records, one full batch each, as Kafka's sticky "
+                                  "partitioner", run, count),
+                                 ("rr", "round robin, one record each in turn", 1, opts.count)):
+        acked, failed, secs = await produce_spread(cluster.bootstrap, topic, n, opts.size, opts.producer_cfg,
+                                                   run_len)
+        rate = acked / secs if secs else 0.0
+        ratio = f"{rate / single_rate:.2f}" if single_rate else "-"
+        out(f"batched over all {r.partitions:,} partitions ({how}): {acked:,} records in {secs:.2f} s = "
+            f"{rate:,.0f} records/s; ratio to the {opts.partitions}-partition batched rate ({single_rate:,.0f}): "
+            f"{ratio}" + (f" ({failed} failed)" if failed else ""))
+        once[f"{key}_rate"] = rate
+        if single_rate:
+            once[f"{key}_ratio"] = rate / single_rate

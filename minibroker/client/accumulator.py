@@ -61,7 +61,7 @@ def _default_format() -> tuple[Callable[[], Builder], Decoder]:
     return new_builder, decode_rows
 
 
-_NO_HEADERS: list[Any] = []     # shared, never mutated: the builder only reads it
+NO_HEADERS: list[Any] = []     # shared, never mutated: the builder only reads it
 
 class ProducerBatch:
     """Records for one partition that travel and are acknowledged together.
@@ -117,7 +117,7 @@ class ProducerBatch:
             self.mixed_ts = True
             if timestamp_ms > self.max_ts:
                 self.max_ts = timestamp_ms
-        self.builder.append(n, timestamp_ms, key, value, headers or _NO_HEADERS)
+        self.builder.append(n, timestamp_ms, key, value, headers or NO_HEADERS)
         self.count = n + 1
         self.size += size
         return n
@@ -205,7 +205,8 @@ class RecordAccumulator:
         self.decode = decode
         self.rand = rand
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
-        self._open: dict[TopicPartition, ProducerBatch] = {}     # Invariant: the last, unclosed batch per partition
+        # Invariant: the last, unclosed batch per partition (Producer.send appends to it directly)
+        self.open_batches: dict[TopicPartition, ProducerBatch] = {}
         self._muted: set[TopicPartition] = set()
         self._drain_index = 0
         self.buffered_bytes = 0
@@ -226,21 +227,14 @@ class RecordAccumulator:
         buffered = self.buffered_bytes + size
         if buffered > self.buffer_memory and self.buffered_bytes:
             raise BufferFull(f"buffer.memory={self.buffer_memory} exhausted")
-        b = self._open.get(tp)
+        b = self.open_batches.get(tp)
         if b is not None:
-            if b.size + size <= b.max_size:
-                n = b.count
-                b.builder.append(n, timestamp_ms, key, value, headers or _NO_HEADERS)  # type: ignore[union-attr]
-                b.count = n + 1
-                if timestamp_ms != b.first_ts:
-                    b.mixed_ts = True
-                    if timestamp_ms > b.max_ts:
-                        b.max_ts = timestamp_ms
-                b.size += size
+            n = b.try_append(key, value, timestamp_ms, headers, size)
+            if n >= 0:
                 self.buffered_bytes = buffered
                 return (b, n, False, b.size >= b.max_size)
             b.closed = True
-            del self._open[tp]
+            del self.open_batches[tp]
         q = self._queues.get(tp)
         if q is None:
             q = self._queues[tp] = deque()
@@ -248,18 +242,18 @@ class RecordAccumulator:
         batch.try_append(key, value, timestamp_ms, headers, size)
         self.buffered_bytes += batch.size
         q.append(batch)
-        self._open[tp] = batch
+        self.open_batches[tp] = batch
         return (batch, 0, True, batch.full)
 
     def has_room(self, tp: TopicPartition, size: int) -> bool:
         """Whether the partition's open batch would take a record of `size` bytes."""
-        b = self._open.get(tp)
+        b = self.open_batches.get(tp)
         return b is not None and b.size + size <= b.max_size
 
     def _close(self, batch: ProducerBatch) -> None:
         batch.closed = True
-        if self._open.get(batch.tp) is batch:
-            del self._open[batch.tp]
+        if self.open_batches.get(batch.tp) is batch:
+            del self.open_batches[batch.tp]
 
     # -- readiness and draining ----------------------------------------------
 
@@ -355,7 +349,7 @@ class RecordAccumulator:
         for b in out:
             b.closed = True
         self._queues.clear()
-        self._open.clear()
+        self.open_batches.clear()
         return out
 
     # -- ordering (max.in.flight.requests.per.connection=1) -------------------

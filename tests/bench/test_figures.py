@@ -113,3 +113,14 @@ def test_isr_counters_are_summed_from_a_metrics_page() -> None:
             "kafka_server_replicamanager_isrshrinks 3\nkafka_server_replicamanager_isrexpands 2.0\n"
             "kafka_server_replicamanager_partitioncount 40\n")
     assert isr_counter_total(page) == 5
+
+
+def test_the_many_partition_aggregate_is_judged_on_sticky_runs_and_shows_round_robin_beside_it() -> None:
+    stats = summarize([{"multi_ratio": 0.9, "rr_ratio": 0.5}])
+    row = {r.figure: r for r in goal_rows(stats, None, idle_partitions=1000)}["idle 1000 partitions / 1 partition (x)"]
+    assert (row.mine, row.goal, row.verdict) == ("0.90", ">= 0.8 (sticky runs; round robin 0.50)", "met")
+    row = {r.figure: r for r in goal_rows(summarize([{"multi_ratio": 0.7}]), None, idle_partitions=1000)}[
+        "idle 1000 partitions / 1 partition (x)"]
+    assert (row.goal, row.verdict) == (">= 0.8 (sticky runs)", "not met")
+    assert {r.figure: r for r in goal_rows(stats, None, idle_partitions=10)}[
+        "idle 10 partitions / 1 partition (x)"].verdict == "n/a (10 < 1000 partitions)"

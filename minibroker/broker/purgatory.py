@@ -15,12 +15,15 @@ Wakeups are O(parked operations on that partition), never a scan.
 from __future__ import annotations
 
 import asyncio
+import itertools
+from collections import deque
 from typing import Any
 from collections.abc import Hashable
 
 from minibroker.errors import ErrorCode
 
 PartitionKey = tuple[str, int]
+CHANGE_LOG_MAX = 4096       # the changes `changed_since` can answer for
 
 
 class ProduceWaiter:
@@ -151,10 +154,29 @@ class FetchPurgatory:
         # Invariant: counts every notification and `touched()`, for watched keys or not: a reader that
         # sees it unchanged across a stretch knows no partition's readable state moved in it.
         self.changes = 0
+        # Invariant: `_log[i]` is the key of change number `_log_base + i + 1`; the last CHANGE_LOG_MAX
+        # changes are kept (`changed_since`).
+        self._log: deque[Hashable] = deque()
+        self._log_base = 0
 
-    def touched(self) -> None:
-        """Triggered by an append or HW move on a partition nobody watches."""
+    def _changed(self, key: Hashable) -> None:
         self.changes += 1
+        log = self._log
+        log.append(key)
+        if len(log) > CHANGE_LOG_MAX:
+            log.popleft()
+            self._log_base += 1
+
+    def changed_since(self, count: int) -> set[Hashable] | None:
+        """The keys changed after the change count read `count` (empty: none), or None when
+        that is older than the changes kept."""
+        if count < self._log_base or count > self.changes:
+            return None
+        return set(itertools.islice(self._log, count - self._log_base, None))
+
+    def touched(self, key: Hashable) -> None:
+        """Triggered by an append or HW move on a partition nobody watches."""
+        self._changed(key)
 
     def __len__(self) -> int:
         return len({id(op) for ops in self._by_key.values() for op in ops})
@@ -177,7 +199,7 @@ class FetchPurgatory:
     def on_append(self, key: PartitionKey, nbytes: int | None) -> None:
         """New data at the log end of `key`: wakes follower fetches (and, on a
         follower replica, nothing else: consumers wait for its HW)."""
-        self.changes += 1
+        self._changed(key)
         ops = self._by_key.get(key)
         if ops:
             for op in list(ops):
@@ -188,7 +210,7 @@ class FetchPurgatory:
 
     def on_hw_move(self, key: PartitionKey, nbytes: int | None) -> None:
         """The HW of `key` rose, making `nbytes` more readable for consumers."""
-        self.changes += 1
+        self._changed(key)
         ops = self._by_key.get(key)
         if ops:
             for op in list(ops):
@@ -200,7 +222,7 @@ class FetchPurgatory:
     def on_state_change(self, key: PartitionKey) -> None:
         """Leadership, epoch, truncation or removal: every parked fetch on
         `key` completes and re-reads (it will see the error or new bounds)."""
-        self.changes += 1
+        self._changed(key)
         ops = self._by_key.get(key)
         if ops:
             for op in list(ops):
@@ -209,8 +231,10 @@ class FetchPurgatory:
                 op.complete()
 
     def complete_all(self) -> None:
-        """Shutdown: every parked fetch answers now."""
+        """Shutdown: every parked fetch answers now (and no earlier change count is answered for)."""
         self.changes += 1
+        self._log.clear()
+        self._log_base = self.changes
         for ops in list(self._by_key.values()):
             for op in list(ops):
                 op.changed = None

@@ -343,7 +343,7 @@ class ReplicaManager:
             if self.purgatory.watching(part.key):
                 self.purgatory.on_hw_move(part.key, part.readable_bytes(d.old_hw, d.new_hw))
             else:
-                self.purgatory.touched()
+                self.purgatory.touched(part.key)
         for token, code in d.completed:
             token.complete(code)  # type: ignore[attr-defined]
         core = part.core
@@ -518,7 +518,7 @@ class ReplicaManager:
             if new_hw > old_hw:
                 self.purgatory.on_hw_move(part.key, part.readable_bytes(old_hw, new_hw))
         else:
-            self.purgatory.touched()
+            self.purgatory.touched(part.key)
 
     def state_changes(self) -> int:
         """The purgatory's change count: it moves with every append, HW move, truncation,
@@ -635,7 +635,7 @@ class ReplicaManager:
             if self.purgatory.watching(key):
                 self.purgatory.on_append(key, len(records))
             else:
-                self.purgatory.touched()
+                self.purgatory.touched(key)
             self._apply(part, d, now)
         return _LocalAppend(entry, part, last + 1, core)
 
@@ -695,7 +695,6 @@ class ReplicaManager:
         if replica_id >= 0 and not ctx.authenticated:
             raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                              f"Fetch as replica {replica_id} needs an authenticated inter-broker connection")
-        changes_start = self.purgatory.changes
         now = self.clock()
         requests = await _dedupe_fetch_entries(body["topics"])
         session: FetchSession | None = None
@@ -709,18 +708,21 @@ class ReplicaManager:
                         "throttle_time_ms": 0, "topics": []}
             session, requests, full = opened.session, opened.requests, opened.full
         watched: list[PartitionKey] | None = None      # set when quiet partitions are left out of `requests`
-        if (session is not None and not full and session.quiet and session.quiet_at == self.purgatory.changes
-                and self._refetch_quiet(session, body, now)):
-            watched = list(session.partitions)
-            quiet = session.quiet
-            requests = [e for e in requests if (e[0], e[1]["partition"]) not in quiet]
-        stamps: list[tuple[Any, ...] | None] | None = [] if replica_id >= 0 else None
+        moved: set[Any] = set()
         changes_before = self.purgatory.changes
+        if session is not None and not full and session.quiet:
+            since = self.purgatory.changed_since(session.quiet_at)
+            if since is not None and self._refetch_quiet(session, body, now, since):
+                moved = since
+                watched = list(session.partitions)
+                quiet = session.quiet
+                requests = [e for e in requests if (k := (e[0], e[1]["partition"])) not in quiet or k in moved]
+        stamps: list[tuple[Any, ...] | None] | None = [] if replica_id >= 0 else None
         results, total, respond_now = await self._read_all(requests, body, now, initial=True, stamps=stamps,
                                                            session=session if not full else None)
         if (respond_now or body["max_wait_ms"] <= 0 or not (requests or watched) or total >= body["min_bytes"]):
             if session is not None and stamps is not None:
-                self._remember_quiet(session, requests, results, stamps, changes_start)
+                self._remember_quiet(session, requests, results, stamps, changes_before)
             return self._fetch_response(requests, results, session, full)
         op = DelayedFetch(watched if watched is not None else [(t, p["partition"]) for t, p in requests],
                           body["min_bytes"] - total, follower=replica_id >= 0)
@@ -734,24 +736,27 @@ class ReplicaManager:
         if stamps is not None:
             changed = op.changed if complete_since_read else None
             if watched is not None and session is not None and (changed is None or changed):
-                self._readmit_quiet(session, requests, results, stamps, changed)
+                self._readmit_quiet(session, requests, results, stamps, changed, moved)
             if changed is None or changed:
                 await self._reread_changed(requests, body, results, stamps, self.clock(), changed)
             if session is not None:
-                self._remember_quiet(session, requests, results, stamps, changes_start)
+                self._remember_quiet(session, requests, results, stamps, changes_before)
         else:
             results, _, _ = await self._read_all(requests, body, self.clock(), initial=False)
         return self._fetch_response(requests, results, session, full)
 
-    def _refetch_quiet(self, session: FetchSession, body: dict, now: int) -> bool:
-        """An incremental Fetch while no partition's state moved since the session's quiet
-        partitions were last read (`quiet_at`): each would read as then, so only the
-        follower-fetch rule is applied to each (`on_follower_refetch`: its fetch keeps it
-        caught up, I3/L1) and they are left out of the read and the response (KS4: nothing
-        to tell). False when some core needs the full rule: the caller then reads them all."""
+    def _refetch_quiet(self, session: FetchSession, body: dict, now: int, moved: set[Any]) -> bool:
+        """An incremental Fetch: the session's quiet partitions not in `moved` (the partitions
+        whose state moved since their stamps were known to hold, `quiet_at`) would read as
+        then, so only the follower-fetch rule is applied to each (`on_follower_refetch`: its
+        fetch keeps it caught up, I3/L1) and they are left out of the read and the response
+        (KS4: nothing to tell). False when some core needs the full rule: the caller then
+        reads them all."""
         replica, broker_epoch = body["replica_id"], body["broker_epoch"]
         parts = session.partitions
         for key, q in session.quiet.items():
+            if key in moved:
+                continue
             p = parts[key][1]
             if not q[2].on_follower_refetch(replica, p["fetch_offset"], now, broker_epoch=broker_epoch,
                                             log_start_offset=p["log_start_offset"]):
@@ -760,13 +765,14 @@ class ReplicaManager:
 
     @staticmethod
     def _readmit_quiet(session: FetchSession, requests: list[tuple[str, dict]], results: list[ReadResult],
-                       stamps: list[tuple[Any, ...] | None], changed: set[PartitionKey] | None) -> None:
-        """After a park that left the quiet partitions out: those that moved (all, when the
-        purgatory did not see every move) rejoin the request with their quiet stamp and
-        result, for `_reread_changed` to read again."""
+                       stamps: list[tuple[Any, ...] | None], changed: set[PartitionKey] | None,
+                       moved: set[Any]) -> None:
+        """After a park that left the quiet partitions out (all but those in `moved`, read
+        already): those that moved while it waited (all, when the purgatory did not see every
+        move) rejoin the request with their quiet stamp and result, for `_reread_changed`."""
         parts = session.partitions
         for key, (stamp, r, _core) in session.quiet.items():
-            if changed is None or key in changed:
+            if key not in moved and (changed is None or key in changed):
                 requests.append(parts[key])
                 results.append(r)
                 stamps.append(stamp)
@@ -775,9 +781,10 @@ class ReplicaManager:
                         stamps: list[tuple[Any, ...] | None], changes_start: int) -> None:
         """After a session Fetch: the partitions whose follower is at the LEO with nothing to
         read or report, with the state they were read in (`_read_all` answers them again
-        without reading while neither moves). When no partition moved since the Fetch
-        began, every quiet stamp holds at `changes_start`: the next Fetch may skip them while
-        the purgatory's change count stays there (`_refetch_quiet`)."""
+        without reading while neither moves). Every quiet stamp now holds unless its
+        partition moved after change count `changes_start` (read before any stamp of this
+        Fetch was taken or trusted): the next Fetch skips those the purgatory's change log
+        does not name since then (`_refetch_quiet`)."""
         quiet = session.quiet
         parts = self._partitions
         for (topic, p), r, stamp in zip(requests, results, stamps, strict=True):
@@ -789,7 +796,7 @@ class ReplicaManager:
                     quiet[key] = (stamp, r, part.core)
                     continue
             quiet.pop(key, None)
-        session.quiet_at = changes_start if self.purgatory.changes == changes_start else -1
+        session.quiet_at = changes_start
 
     def _fetched_again(self, part: Partition, p: dict, body: dict, now: int, quiet: ReadResult) -> ReadResult:
         """A session partition the follower did not name, in the state of its last quiet read:

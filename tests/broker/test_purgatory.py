@@ -125,3 +125,21 @@ async def test_complete_all_answers_every_parked_fetch():
         p.watch(op)
     p.complete_all()
     assert all(op.future.done() for op in ops)
+
+
+def test_the_change_log_names_the_keys_changed_since_a_count_within_its_window():
+    from minibroker.broker.purgatory import CHANGE_LOG_MAX
+    pg = FetchPurgatory()
+    start = pg.changes
+    pg.touched(("t", 0))
+    pg.on_append(("t", 1), 10)
+    mid = pg.changes
+    pg.on_state_change(("t", 2))
+    assert pg.changed_since(start) == {("t", 0), ("t", 1), ("t", 2)}
+    assert pg.changed_since(mid) == {("t", 2)} and pg.changed_since(pg.changes) == set()
+    assert pg.changed_since(-1) is None and pg.changed_since(pg.changes + 1) is None
+    for _ in range(CHANGE_LOG_MAX):
+        pg.touched(("t", 3))
+    assert pg.changed_since(mid) is None and pg.changed_since(pg.changes - 1) == {("t", 3)}
+    pg.complete_all()
+    assert pg.changed_since(pg.changes - 1) is None and pg.changed_since(pg.changes) == set()

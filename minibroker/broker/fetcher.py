@@ -12,7 +12,9 @@ Must not know: any replication rule (the core decides), leader-side rules,
 purgatory, metadata handling. The
 `ReplicaManager` adds and removes partitions (on new leader epochs only,
 R1) and is told, through `FetcherHooks`, when a follower's HW rose or its
-log changed so parked reads can be woken.
+log changed so parked reads can be woken; its change count
+(`FetcherHooks.state_changes`) lets an idle fetcher resend its last entries
+without looking at each partition.
 
 The next Fetch is sent as soon as the previous response is processed: its
 fetch offsets are the follower's acknowledgement. Long-polling happens on the

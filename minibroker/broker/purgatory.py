@@ -5,6 +5,9 @@ partition, and waking them. A `DelayedProduce` waits for the leader core to
 resolve each of its partitions (the core decides when: `Decision.completed`);
 a `DelayedFetch` waits until enough bytes are readable on its partitions, or
 until a partition's state changes (leadership, epoch, truncation, removal).
+Every such notification is also counted (`changes`) and its partition kept in
+a bounded log (`changed_since`), so a replica fetch session can tell which of
+its quiet partitions moved since its last Fetch without looking at each.
 
 Must not know: replication rules, the log, or the wire format. Timeouts and
 connection death are the awaiting handler's business: it awaits `wait()`,

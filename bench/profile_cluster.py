@@ -3,6 +3,8 @@
     .venv/bin/python bench/profile_cluster.py --awaited 3000            # one record in flight
     .venv/bin/python bench/profile_cluster.py --batched 300000          # batched acks=all
     .venv/bin/python bench/profile_cluster.py --awaited 3000 --top 25 --keep /tmp/prof
+    .venv/bin/python bench/profile_cluster.py --idle-partitions 1000 --seconds 20   # a window of idleness
+    .venv/bin/python bench/profile_cluster.py --awaited 3000 --clock cpu            # CPU time, not wall time
 
 Starts a local cluster (no fault proxy) whose brokers run under cProfile
 (MB_CPROFILE_DIR), creates an RF=3 topic led by broker 1 (replicas 1,2,3),
@@ -10,7 +12,11 @@ runs the workload from this process (profiled too), stops the cluster
 cleanly so each broker writes its profile, and prints the top entries by own
 time for the leader, one follower and the client, with the CPU each used per
 request from /proc. cProfile slows Python code about 2x: read the shares, not
-the absolute times.
+the absolute times. With --idle-partitions the brokers' profiles cover only a
+window of idleness (cut by SIGUSR1, see minibroker/broker/main.py) after the
+partitions settled. The wall clock (the default) charges a socket write that
+wakes a peer on the same core with the peer's run; --clock cpu does not, but
+inflates every call.
 """
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ import cProfile
 import io
 import os
 import pstats
+import signal
 import tempfile
 import time
 
@@ -61,13 +68,64 @@ def top(stats: pstats.Stats, n: int) -> str:
     return "\n".join(lines[start:start + n + 1])
 
 
+IDLE_SETTLE_S = 20.0
+
+
+def idle(args: argparse.Namespace) -> int:
+    """Create the partitions, let them settle, then profile every broker over one window of idleness."""
+    with tempfile.TemporaryDirectory(prefix="minibroker-profile-") as tmp:
+        prof_dir = args.keep or os.path.join(tmp, "prof")
+        os.makedirs(prof_dir, exist_ok=True)
+        os.environ["MB_CPROFILE_DIR"] = prof_dir
+        cluster = LocalCluster.create(tmp + "/cluster", free_ports=True, proxied=False)
+        try:
+            run_async(cluster.up())
+
+            async def create() -> None:
+                async with Admin(cluster.bootstrap) as admin:
+                    await admin.create_topic(TOPIC, args.idle_partitions, 3, {"min.insync.replicas": "2"},
+                                             wait=False)
+                    await admin.wait_for_leaders(TOPIC, timeout_ms=600_000)
+            run_async(create())
+            time.sleep(IDLE_SETTLE_S)            # the workload here is time itself: nothing happens in it
+            pids = {b: cluster.pids[f"broker-{b}"] for b in (1, 2, 3)}
+            for pid in pids.values():
+                os.kill(pid, signal.SIGUSR1)     # the window starts: broker-N.prof.1 is the set-up
+            before = {b: cpu_s(pid) for b, pid in pids.items()}
+            time.sleep(args.seconds)             # the idle window being profiled
+            after = {b: cpu_s(pid) for b, pid in pids.items()}
+            for pid in pids.values():
+                os.kill(pid, signal.SIGUSR1)     # the window ends: broker-N.prof.2
+            paths = {b: os.path.join(prof_dir, f"broker-{b}.prof.2") for b in pids}
+            deadline = time.monotonic() + 30
+            while not all(os.path.exists(p) for p in paths.values()) and time.monotonic() < deadline:
+                time.sleep(0.1)                  # each broker writes its window at its next bytecode
+        finally:
+            cluster.down(timeout_s=30)
+        print(f"{args.idle_partitions} idle partitions, RF=3, profiled over {args.seconds:.0f} s after "
+              f"{IDLE_SETTLE_S:.0f} s to settle; CPU (profiled, so higher than without): " + ", ".join(
+                  f"broker {b} {100 * (after[b] - before[b]) / args.seconds:.1f}%" for b in sorted(pids)))
+        for b, path in sorted(paths.items()):
+            if os.path.exists(path):
+                print(f"\n== broker-{b} (leads a third, follows two thirds), top {args.top} by own time")
+                print(top(pstats.Stats(path), args.top))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--awaited", type=int, default=0, help="awaited single records (one in flight)")
     ap.add_argument("--batched", type=int, default=0, help="records of a batched acks=all run")
     ap.add_argument("--top", type=int, default=20)
     ap.add_argument("--keep", help="directory to keep the .prof files in")
+    ap.add_argument("--idle-partitions", type=int, default=0, help="profile this many idle RF=3 partitions")
+    ap.add_argument("--seconds", type=float, default=20.0, help="the idle window (with --idle-partitions)")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     args = ap.parse_args()
+    if args.clock == "cpu":
+        os.environ["MB_CPROFILE_CLOCK"] = "cpu"
+    if args.idle_partitions:
+        return idle(args)
     if not args.awaited and not args.batched:
         args.awaited = 3000
     with tempfile.TemporaryDirectory(prefix="minibroker-profile-") as tmp:

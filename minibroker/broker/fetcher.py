@@ -140,7 +140,8 @@ class ReplicaFetcher:
         self._dirty: set[PartitionKey] = set()
         # Invariant: the ready states, the hooks' change count and the entries of the last build; while
         # the first two hold and nothing is dirty, the next build gives the same entries.
-        self._last_build: tuple[list[FetchState], int, list[tuple[str, dict[str, Any]]]] | None = None
+        self._last_build: tuple[list[FetchState], int, list[tuple[str, dict[str, Any]]],
+                                dict[PartitionKey, FetchState]] | None = None
         self.requests = 0
         self.last_named = 0               # partitions the last Fetch named (all, or in a session the changed)
 
@@ -216,7 +217,7 @@ class ReplicaFetcher:
         except KafkaError as exc:
             self._on_transport_error(ready, exc)
             return
-        body, full = self._build(ready)
+        body, full, sent = self._build(ready)
         timeout = self.settings.socket_timeout_ms + self.settings.wait_max_ms
         self.requests += 1
         try:
@@ -239,16 +240,17 @@ class ReplicaFetcher:
         if self._transport_error:
             self._transport_error = ""
             self._emit("fetcher_recovered", "", None, None, f"fetching from broker {self.leader_id} again")
-        await self._process(conn, resp, {st.partition.key: st for st in ready}, full)
+        await self._process(conn, resp, sent, full)
 
-    def _build(self, ready: list[FetchState]) -> tuple[dict[str, Any], bool]:
+    def _build(self, ready: list[FetchState]) -> tuple[dict[str, Any], bool, dict[PartitionKey, FetchState]]:
         """The next Fetch: in a session (KIP-227) it names only the partitions whose position
-        changed and forgets those no longer fetched; returns (the body, whether it is full)."""
+        changed and forgets those no longer fetched; returns (the body, whether it is full,
+        the state of each partition it fetches)."""
         built, dirty = self._built, self._dirty
         changes = self.hooks.state_changes()
         last = self._last_build
         if not dirty and last is not None and last[1] == changes and last[0] == ready:
-            return self._body(last[2], True)          # an idle follower: nothing any entry depends on moved
+            return (*self._body(last[2], True), last[3])    # an idle follower: nothing any entry depends on moved
         entries: list[tuple[str, dict[str, Any]]] = []
         pmax = self.settings.partition_max_bytes
         for st in ready:
@@ -266,8 +268,9 @@ class ReplicaFetcher:
             built[part.key] = (st, leo, start, entry)
             entries.append((part.topic, entry))
         dirty.clear()
-        self._last_build = (ready, changes, entries)
-        return self._body(entries, False)
+        sent = {st.partition.key: st for st in ready}
+        self._last_build = (ready, changes, entries, sent)
+        return (*self._body(entries, False), sent)
 
     def _body(self, entries: list[tuple[str, dict[str, Any]]], same: bool) -> tuple[dict[str, Any], bool]:
         session_id, epoch = self._session.request_ids
@@ -290,13 +293,14 @@ class ReplicaFetcher:
         appended: list[Partition] = []
         progress: list[tuple[Partition, int, int]] = []
         out_of_range: list[FetchState] = []
-        unanswered = dict(sent)
+        answered: set[PartitionKey] = set()
         for t in resp.get("topics", ()):
             topic = t["topic"]
             for e in t["partitions"]:
                 key = (topic, e["partition"])
                 self._dirty.add(key)
-                st = unanswered.pop(key, None)
+                st = sent.get(key) if key not in answered else None
+                answered.add(key)
                 if st is None or self._states.get(key) is not st:
                     continue            # removed or restarted while the request was in flight
                 part = st.partition
@@ -316,8 +320,8 @@ class ReplicaFetcher:
                         out_of_range.append(st)
                     else:
                         self._carry_truncation(st, action, now)
-        for key, st in unanswered.items() if full else ():
-            if self._states.get(key) is st:
+        for key, st in sent.items() if full else ():
+            if key not in answered and self._states.get(key) is st:
                 st.core.on_error(ErrorCode.UNKNOWN_SERVER_ERROR, now, "the leader's answer left this partition out")
         if appended:
             await self.hooks.flush(appended)

@@ -1,0 +1,65 @@
+"""End-to-end latency at several offered rates on one local cluster (issue 13): where the
+5 ms p99 holds, and where the paced producer and consumer saturate their process.
+
+    .venv/bin/python bench/e2e_rates.py --rates 10000,50000,100000,200000,330000 --seconds 4
+
+Each rate gets a new RF=3 topic led by broker 1 and runs `minibroker.bench.e2e.end_to_end`
+(the same measurement as `minibroker bench produce`'s end-to-end line: a paced acks=all
+producer and a consumer in this process). Prints p50 / p90 / p99 / max and the CPU this
+process and each broker used, as % of a core.
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+
+from minibroker.bench.e2e import end_to_end
+from minibroker.bench.partitions import cpu_s
+from minibroker.cli.common import run_async
+from minibroker.client.admin import Admin
+from minibroker.testing.cluster import LocalCluster
+
+
+def pct(values: list[float], q: float) -> float:
+    v = sorted(values)
+    return v[min(len(v) - 1, int(q * len(v)))] if v else float("nan")
+
+
+async def sweep(cluster: LocalCluster, rates: list[float], seconds: float, linger_ms: int) -> None:
+    pids = {b: cluster.pids[f"broker-{b}"] for b in (1, 2, 3)}
+    async with Admin(cluster.bootstrap) as admin:
+        for i, _ in enumerate(rates):
+            await admin.create_topic(f"e2e-{i}", -1, -1, {"min.insync.replicas": "2"}, assignments=[[1, 2, 3]])
+    for i, rate in enumerate(rates):
+        c0, p0, t0 = {b: cpu_s(p) for b, p in pids.items() if p}, time.process_time(), time.perf_counter()
+        r = await end_to_end(cluster.bootstrap, f"e2e-{i}", rate=rate, seconds=seconds, size=100, linger_ms=linger_ms)
+        wall = time.perf_counter() - t0
+        cpu = {b: 100 * (cpu_s(p) - c0[b]) / wall for b, p in pids.items() if p}
+        lat = r.latencies_ms
+        print(f"offered {rate:>9,.0f}/s achieved {r.achieved_rate:>9,.0f}/s: p50 {pct(lat, .5):7.3f} ms "
+              f"p90 {pct(lat, .9):7.3f} ms p99 {pct(lat, .99):7.3f} ms max {max(lat, default=0):7.3f} ms; "
+              f"CPU % client {100 * (time.process_time() - p0) / wall:.0f}, "
+              + ", ".join(f"broker {b} {v:.0f}" for b, v in sorted(cpu.items()))
+              + (f"; {r.failed} failed ({r.first_error})" if r.failed else ""), flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rates", default="10000,50000,100000,200000,330000")
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--linger-ms", type=int, default=1)
+    args = ap.parse_args()
+    rates = [float(r) for r in args.rates.split(",")]
+    with tempfile.TemporaryDirectory(prefix="minibroker-e2e-") as tmp:
+        cluster = LocalCluster.create(tmp + "/cluster", free_ports=True, proxied=False)
+        try:
+            run_async(cluster.up())
+            run_async(sweep(cluster, rates, args.seconds, args.linger_ms))
+        finally:
+            cluster.down(timeout_s=30)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

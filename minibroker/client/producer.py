@@ -328,7 +328,7 @@ class Producer:
         tp = self._tps[topic][partition]
         acc = self.acc
         b = acc.open_batches.get(tp)
-        if (b is not None and timestamp_ms is None and b.size + size <= b.max_size
+        if (b is not None and not b.closed and timestamp_ms is None and b.size + size <= b.max_size
                 and acc.buffered_bytes + size <= acc.buffer_memory):
             # The common case, ProducerBatch.try_append inlined (a call less per record): the
             # partition's open batch takes the record.

@@ -35,6 +35,15 @@ def test_records_of_one_partition_share_the_open_batch():
     assert r1.batch is r2.batch and (r1.index, r2.index) == (0, 1)
 
 
+def test_a_batch_decoded_while_open_takes_no_more_records():
+    a = acc()
+    r1 = a.append(A0, None, b"x" * 10, (), 1, now_ms=0)
+    assert [v for _k, v, _t, _h in r1.batch.records] == [b"x" * 10]     # builds its bytes: the batch is closed
+    r2 = a.append(A0, None, b"y" * 10, (), 1, now_ms=0)
+    assert r2.new_batch and r2.batch is not r1.batch and len(r1.batch) == 1
+    assert a.open_batches[A0] is r2.batch
+
+
 def test_batch_is_not_ready_before_linger():
     a = acc(linger_ms=5)
     a.append(A0, None, b"x", (), 1, now_ms=100)

@@ -175,7 +175,7 @@ class FetchPurgatory:
         that is older than the changes kept."""
         if count < self._log_base or count > self.changes:
             return None
-        return set(itertools.islice(self._log, count - self._log_base, None))
+        return set(itertools.islice(reversed(self._log), self.changes - count))     # O(changes since), from the end
 
     def touched(self, key: Hashable) -> None:
         """Triggered by an append or HW move on a partition nobody watches."""

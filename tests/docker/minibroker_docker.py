@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 BUILD_IMAGES = ROOT / "bin" / "build-images"
 IMAGE = os.environ.get("MINIBROKER_IMAGE_TAG", "minibroker:dev")
-BROKER_PORTS = {1: 19092, 2: 29092, 3: 39092}     # EXTERNAL listeners published on the host
+BROKER_PORTS = {1: 19092, 2: 29092, 3: 31092}     # EXTERNAL listeners published on the host
 CONTROLLER_PORT = 19093                            # the controller, published for `watch`
 # Every host port docker-compose.yml publishes (listeners, metrics): all must be free before `up`.
 PUBLISHED_PORTS = sorted({int(p) for p in re.findall(r"127\.0\.0\.1:(\d+):",

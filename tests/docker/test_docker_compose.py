@@ -71,8 +71,8 @@ def image(compose: list[str], machine_lock: None) -> str:
 
 @pytest.fixture
 def project(compose: list[str], image: str):
-    # 29092 and 39092 lie in Linux's ephemeral range, so a passing outgoing
-    # connection can hold one for a moment; a stack left up holds them for good.
+    # The published ports lie below Linux's ephemeral range (docker-compose.yml says why),
+    # but a stack left up holds them for good.
     # Every published port: another suite's local clusters take ephemeral ports, which can be one of
     # these for as long as that cluster lives (a minute or two), so wait that long.
     ports = PUBLISHED_PORTS
@@ -197,6 +197,9 @@ def test_compose_cluster_survives_follower_and_leader_kills(project: ComposeProj
             f"expected NOT_ENOUGH_REPLICAS:\n{proc.stdout}{proc.stderr}"
 
         project("start", f"broker-{first}", f"broker-{second}")
+        states = project.health()       # compose v1 can exit 0 though a container failed to start
+        assert all(states.get(f"broker-{b}") in ("starting", "healthy", "unhealthy") for b in (first, second)), \
+            f"a restarted broker is not running: {states}"
         alive |= {first, second}
         t = time.monotonic()
         whole = wait_for(lambda r: set(r.isr) == {1, 2, 3}, "the ISR to be whole again", timeout=90)

@@ -8,6 +8,7 @@ import asyncio
 import functools
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -50,10 +51,26 @@ TIMINGS = {
 }
 
 
+_PORTS = random.Random()
+_HANDED_OUT: set[tuple[str, int]] = set()
+
+
 def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A port below Linux's ephemeral range (32768-60999) and the compose file's (19092-19404,
+    29092-31404) that binds now, never handed out twice. The kernel gives other processes'
+    connections and bind(0) listeners ports from the ephemeral range only, so none can take this
+    one before the child binds it (one did, two suites running at once, with a port from bind(0))."""
+    while True:
+        port = _PORTS.randrange(20000, 29000)
+        if (host, port) in _HANDED_OUT:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        _HANDED_OUT.add((host, port))
+        return port
 
 
 class Process:

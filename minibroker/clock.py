@@ -30,11 +30,21 @@ class Clock(Protocol):
         ...
 
 
+def wall_ms_py() -> int:
+    """Wall-clock milliseconds: `int(time.time() * 1000)`."""
+    return int(time.time() * 1000)
+
+
+try:    # the producer reads it once per record: minibroker._speedups has it in C, where it was built
+    from minibroker._speedups import wall_ms
+except ImportError:  # pragma: no cover - the C extension was not built
+    wall_ms = wall_ms_py
+
+
 class WallClock:
     """The real clock: `time.time()` and `time.monotonic()`."""
 
-    def now_ms(self) -> int:
-        return int(time.time() * 1000)
+    now_ms = staticmethod(wall_ms)
 
     def monotonic(self) -> float:
         return time.monotonic()

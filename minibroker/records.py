@@ -8,9 +8,10 @@ Kafka client is stored, replicated and served as the same bytes. Two sides
 use this module:
 
 * the **client** encodes records into a batch (`build_batch`, or the
-  producer's accumulator through `new_builder`) and decodes batches it
-  fetched (`iter_records`), with aiokafka's Cython batch builder and reader
-  (C per record, compression included);
+  producer's accumulator through `new_builder`: minibroker._speedups'
+  RecordsWriter for uncompressed batches, aiokafka's Cython builder for
+  compressed ones) and decodes batches it fetched (`iter_records`), C per
+  record either way;
 * the **broker** never decodes records into objects. It checks framing and
   CRCs (`validate_batches`), checks that the records section holds what the
   header claims (minibroker.record_check, C per record, compressed batches
@@ -180,12 +181,41 @@ def _corrupt(msg: str) -> KafkaError:
 
 # ---------------------------------------------------------------- client side
 
+try:
+    from minibroker._speedups import RecordsWriter as _RecordsWriter
+except ImportError:  # pragma: no cover - the C extension was not built
+    _RecordsWriter = None
+
+
+if _RecordsWriter is not None:
+    class RecordsBuilder(_RecordsWriter):  # type: ignore[misc, valid-type]
+        """An uncompressed batch: minibroker._speedups.RecordsWriter encodes each
+        record in C (no object per record) after room for the header; `build()`
+        writes the v2 header and its CRC in front and copies the batch out once.
+        Same bytes as aiokafka's builder."""
+
+        __slots__ = ("producer_id", "producer_epoch", "base_sequence")
+
+        def __init__(self, producer_id: int = NO_PRODUCER_ID, producer_epoch: int = -1,
+                     base_sequence: int = -1) -> None:
+            self.producer_id, self.producer_epoch, self.base_sequence = producer_id, producer_epoch, base_sequence
+
+        def set_producer_state(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+            self.producer_id, self.producer_epoch, self.base_sequence = producer_id, producer_epoch, base_sequence
+
+        def build(self) -> bytes:
+            return self.finish(self.producer_id, self.producer_epoch, self.base_sequence, crc32c)  # type: ignore[no-any-return]
+
+
 def new_builder(compression: int = codec.NONE, producer_id: int = NO_PRODUCER_ID, producer_epoch: int = -1,
-                base_sequence: int = -1) -> DefaultRecordBatchBuilder:
-    """An empty Kafka v2 batch builder (aiokafka's, in C): `append(offset_delta,
-    timestamp_ms, key, value, headers)` per record, where headers is a list
-    of `(str, bytes | None)` tuples, then `build()` once (compresses with
-    `compression`, a minibroker.codec id). Size limits are the caller's."""
+                base_sequence: int = -1) -> Any:
+    """An empty Kafka v2 batch builder: `append(offset_delta, timestamp_ms, key,
+    value, headers)` per record, where headers is a list of `(str, bytes | None)`
+    tuples, then `build()` once. Uncompressed, minibroker's own (`RecordsBuilder`,
+    C per record); compressed, aiokafka's (in C, with the codecs). Size limits are
+    the caller's."""
+    if compression == codec.NONE and _RecordsWriter is not None:
+        return RecordsBuilder(producer_id, producer_epoch, base_sequence)
     return DefaultRecordBatchBuilder(MAGIC, compression, 0, producer_id, producer_epoch, base_sequence, 1 << 62)
 
 

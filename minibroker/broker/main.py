@@ -11,6 +11,7 @@ import os
 import sys
 
 from minibroker.broker.server import BrokerServer
+from minibroker.memory import tune_allocator
 from minibroker.config import Config
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -62,6 +63,7 @@ def run(config: Config) -> int:
     setup_logging(config)
     server = BrokerServer(config)
     tune_gc()
+    tune_allocator()
     raise_fd_limit()
     profile_dir = os.environ.get("MB_CPROFILE_DIR", "")
     if profile_dir:                       # bench/profile_cluster.py: a cProfile of the whole run

@@ -94,6 +94,8 @@ def _command_config(ctx: click.Context, param: click.Parameter, value: str | Non
 
 
 def run_async(coro: Awaitable[T]) -> T:
+    from minibroker.memory import tune_allocator
+    tune_allocator()          # the CLI is one of minibroker's own programs (its bench included)
     try:
         import uvloop
         return uvloop.run(coro)  # type: ignore[arg-type]

@@ -6,6 +6,8 @@ partition until its batch is full, then move on (KIP-480's sticky
 partitioner; Kafka 3.3's KIP-794 refines the switch by bytes produced),
 preferring partitions with a known leader.
 Pure: the caller passes the partition counts and the random source.
+`murmur2` is minibroker._speedups' C version where it was built, else
+`murmur2_py` (the same values: tests/client/test_partitioner.py).
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import random
 from collections.abc import Callable
 
 
-def murmur2(data: bytes) -> int:
+def murmur2_py(data: bytes) -> int:
     """Kafka's Utils.murmur2 (signed 32-bit result)."""
     length = len(data)
     seed = 0x9747B28C
@@ -44,6 +46,12 @@ def murmur2(data: bytes) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+try:
+    from minibroker._speedups import murmur2
+except ImportError:  # pragma: no cover - the C extension was not built
+    murmur2 = murmur2_py
+
+
 def partition_for_key(key: bytes, num_partitions: int) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % num_partitions
 
@@ -54,16 +62,17 @@ class StickyPartitioner:
     KIP-480; switching before the append, as Kafka's abortOnNewBatch does, so no
     one-record batch is left behind). Partitions with a known leader are preferred.
 
-    Invariant: `_current[topic]` is where the topic's unkeyed records go now."""
+    Invariant: `current[topic]` is where the topic's unkeyed records go now (the
+    producer reads it to take a record without a call while that batch has room)."""
 
     def __init__(self, rand: Callable[[int], int] | None = None) -> None:
         self._rand = rand or (lambda n: random.randrange(n))
-        self._current: dict[str, int] = {}
+        self.current: dict[str, int] = {}
 
     def partition(self, topic: str, num_partitions: int, has_room: Callable[[int], bool],
                   available: Callable[[str], list[int]]) -> int:
         """`has_room(p)`: p's open batch takes the record; `available(topic)`: partitions with a leader."""
-        cur = self._current.get(topic)
+        cur = self.current.get(topic)
         if cur is None or cur >= num_partitions:
             return self._next(topic, num_partitions, available, None)
         if not has_room(cur):
@@ -76,5 +85,5 @@ class StickyPartitioner:
         if len(choices) > 1 and avoid in choices:
             choices.remove(avoid)
         cur = choices[self._rand(len(choices))]
-        self._current[topic] = cur
+        self.current[topic] = cur
         return cur

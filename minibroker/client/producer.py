@@ -146,8 +146,11 @@ class Producer:
             backoff=Backoff(self.cfg.get_int("retry.backoff.ms"), self.cfg.get_int("retry.backoff.max.ms")),
             new_waiter=self._new_waiter, new_builder=lambda: new_builder(compression), decode=decode_rows)
         self.partitioner = StickyPartitioner()
+        self._sticky = self.partitioner.current                # topic -> its unkeyed records' partition now
+        self._open = self.acc.open_batches                     # tp -> its open batch (the accumulator's own dict)
         self.net.listeners.append(self._on_metadata)
-        self._tps: dict[str, list[TopicPartition]] = {}        # Invariant: _tps[t][p] == TopicPartition(t, p)
+        # Invariant: _tps[t][p] == TopicPartition(t, p) for the p < _nparts[t]; same keys as _nparts
+        self._tps: dict[str, list[TopicPartition]] = {}
         self._nparts: dict[str, int] = {}                      # partition count per topic, from metadata
         self._running = False                                  # started and not closed: send's fast check
         self._in_flight: dict[int, int] = {}               # Invariant: requests sent and unanswered per broker
@@ -298,7 +301,48 @@ class Producer:
                    timestamp_ms: int | None = None) -> RecordFuture:
         """Buffer one record; returns its future (await it for the RecordMetadata).
         Waits only for metadata of a new topic or for buffer space (max.block.ms).
-        This runs once per record: keep it lean."""
+
+        Runs once per record. The common case (running, topic known, no headers or
+        timestamp, the partition's open batch takes the record) is handled here in one
+        pass, with the partition chosen as `_send` would choose it; all else is `_send`."""
+        tps = self._tps.get(topic)
+        if tps is not None and self._running and not headers and timestamp_ms is None:
+            n = len(tps)
+            if partition is None:
+                if key is None or self.ignore_keys:
+                    p = 0 if n == 1 else self._sticky.get(topic, -1)
+                else:
+                    p = partition_for_key(key, n)
+            else:
+                p = partition
+            if 0 <= p < n:
+                b = self._open.get(tps[p])
+                if b is not None and not b.closed:
+                    size = RECORD_OVERHEAD + (len(value) if value is not None else 0) + (
+                        len(key) if key is not None else 0)
+                    total = b.size + size
+                    acc = self.acc
+                    if (total <= b.max_size and size <= self.max_request_size
+                            and acc.buffered_bytes + size <= acc.buffer_memory):
+                        now = self._now_ms()
+                        i = b.count
+                        b.builder.append(i, now, key, value, NO_HEADERS)  # type: ignore[union-attr]
+                        b.count = i + 1
+                        if now != b.first_ts:
+                            b.mixed_ts = True
+                            if now > b.max_ts:
+                                b.max_ts = now
+                        b.size = total
+                        acc.buffered_bytes += size
+                        if total >= b.max_size:
+                            self._wake.set()
+                        return RecordFuture(b, i)
+        return await self._send(topic, value, key, partition, headers, timestamp_ms)
+
+    async def _send(self, topic: str, value: bytes | None, key: bytes | None, partition: int | None,
+                    headers: Iterable[tuple[str, bytes | None]] | None, timestamp_ms: int | None) -> RecordFuture:
+        """`send` for every record its one-pass case does not take: a stopped producer,
+        an unknown topic, headers, a timestamp, a new batch, a full buffer."""
         if not self._running:
             await self._ensure_running()
         n = self._nparts.get(topic)
@@ -326,24 +370,6 @@ class Producer:
                              f"record of {size} bytes is larger than max.request.size={self.max_request_size}")
         now = self._now_ms()
         tp = self._tps[topic][partition]
-        acc = self.acc
-        b = acc.open_batches.get(tp)
-        if (b is not None and not b.closed and timestamp_ms is None and b.size + size <= b.max_size
-                and acc.buffered_bytes + size <= acc.buffer_memory):
-            # The common case, ProducerBatch.try_append inlined (a call less per record): the
-            # partition's open batch takes the record.
-            i = b.count
-            b.builder.append(i, now, key, value, hdrs or NO_HEADERS)  # type: ignore[union-attr]
-            b.count = i + 1
-            if now != b.first_ts:
-                b.mixed_ts = True
-                if now > b.max_ts:
-                    b.max_ts = now
-            b.size += size
-            acc.buffered_bytes += size
-            if b.size >= b.max_size:
-                self._wake.set()
-            return RecordFuture(b, i)
         while True:
             try:
                 batch, index, new_batch, full = self.acc.append(
@@ -368,6 +394,7 @@ class Producer:
             n = self.net.cache.partition_count(topic)
             if n is None:
                 self._nparts.pop(topic, None)
+                self._tps.pop(topic, None)
             elif self._nparts.get(topic) != n:
                 self._nparts[topic] = n
                 self._tps[topic] = [TopicPartition(topic, p) for p in range(n)]

@@ -39,5 +39,7 @@ def run(config: Config) -> None:
     """Blocking entry point for the CLI: uvloop, serve until SIGTERM/SIGINT, exit cleanly."""
     configure_logging()
     from minibroker.broker.main import tune_gc
+    from minibroker.memory import tune_allocator
     tune_gc()
+    tune_allocator()
     uvloop.run(serve_until_signalled(config))

@@ -1,15 +1,28 @@
+import random
 from collections import Counter
 
-from minibroker.client.partitioner import StickyPartitioner, murmur2, partition_for_key
+import pytest
+
+from minibroker.client.partitioner import StickyPartitioner, murmur2, murmur2_py, partition_for_key
 
 
-def test_murmur2_matches_kafka_test_vectors():
+@pytest.mark.parametrize("impl", [murmur2, murmur2_py], ids=["default", "python"])
+def test_murmur2_matches_kafka_test_vectors(impl):
     # Kafka's UtilsTest.testMurmur2
     vectors = {b"21": -973932308, b"foobar": -790332482, b"a-little-bit-long-string": -985981536,
                b"a-little-bit-longer-string": -1486304829,
                b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971, b"abc": 479470107}
     for data, expected in vectors.items():
-        assert murmur2(data) == expected
+        assert impl(data) == expected
+
+
+def test_the_c_murmur2_gives_the_python_twins_values():
+    speedups = pytest.importorskip("minibroker._speedups")
+    rng = random.Random(7)
+    for n in [*range(0, 40), 255, 1000]:
+        data = bytes(rng.getrandbits(8) for _ in range(n))
+        assert speedups.murmur2(data) == murmur2_py(data), data
+    assert speedups.murmur2(bytearray(b"foobar")) == speedups.murmur2(memoryview(b"foobar")) == -790332482
 
 
 def test_same_key_always_lands_on_the_same_partition():

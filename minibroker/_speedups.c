@@ -1,0 +1,425 @@
+/* minibroker._speedups: C versions of small functions the producer calls once
+ * per record. Each has a pure-Python twin that is used where this extension
+ * was not built (setup.py builds it as optional) and that the tests hold it
+ * to, value for value.
+ *
+ * wall_ms() -> int
+ *     Wall-clock milliseconds since the epoch (CLOCK_REALTIME), what
+ *     minibroker.clock.WallClock.now_ms returns: int(time.time() * 1000).
+ *
+ * murmur2(data) -> int
+ *     Kafka's Utils.murmur2 of a bytes-like object, as a signed 32-bit int
+ *     (minibroker.client.partitioner.murmur2_py): the hash that places keyed
+ *     records on the partition a Kafka client would choose.
+ *
+ * RecordsWriter()
+ *     The records section of one uncompressed Kafka v2 batch, built record by
+ *     record: append(offset_delta, timestamp_ms, key, value, headers) encodes
+ *     one DefaultRecord (timestamps as deltas to the first record's) into a
+ *     buffer it owns, after room for the 61-byte batch header; records()
+ *     returns the section as bytes; count, first_timestamp, max_timestamp and
+ *     nbytes describe it. No object per record. finish(producer_id,
+ *     producer_epoch, base_sequence, crc32c) writes the v2 header in front
+ *     (base offset 0, leader epoch -1, attributes 0, the CRC32C that
+ *     `crc32c(memoryview)` computes) and returns the whole batch: one copy.
+ *     minibroker.records.RecordsBuilder is its Python face.
+ *     Invariant: buf[HEADER:len] is `count` whole records.
+ *
+ * wall_ms and murmur2 are stateless and allocate only their result.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <time.h>
+
+static PyObject *wall_ms(PyObject *self, PyObject *noargs)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_REALTIME, &ts) != 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    return PyLong_FromLongLong((long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+}
+
+static PyObject *murmur2(PyObject *self, PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) != 0)
+        return NULL;
+    const unsigned char *data = (const unsigned char *)view.buf;
+    const Py_ssize_t length = view.len;
+    const uint32_t m = 0x5bd1e995u;
+    const int r = 24;
+    uint32_t h = 0x9747b28cu ^ (uint32_t)length;
+    const Py_ssize_t n4 = length / 4;
+    for (Py_ssize_t i = 0; i < n4; i++) {
+        const Py_ssize_t i4 = i * 4;
+        uint32_t k = (uint32_t)data[i4] | ((uint32_t)data[i4 + 1] << 8) | ((uint32_t)data[i4 + 2] << 16)
+                     | ((uint32_t)data[i4 + 3] << 24);
+        k *= m;
+        k ^= k >> r;
+        k *= m;
+        h *= m;
+        h ^= k;
+    }
+    const Py_ssize_t tail = n4 * 4;
+    switch (length % 4) {
+    case 3:
+        h ^= (uint32_t)data[tail + 2] << 16;
+        /* fall through */
+    case 2:
+        h ^= (uint32_t)data[tail + 1] << 8;
+        /* fall through */
+    case 1:
+        h ^= (uint32_t)data[tail];
+        h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    PyBuffer_Release(&view);
+    return PyLong_FromLong((long)(int32_t)h);
+}
+
+/* ---------------------------------------------------------------- RecordsWriter */
+
+#define HEADER 61
+
+typedef struct {
+    PyObject_HEAD
+    unsigned char *buf;
+    Py_ssize_t len;
+    Py_ssize_t cap;
+    Py_ssize_t count;
+    long long first_ts;
+    long long max_ts;
+} RecordsWriter;
+
+static inline int size_of_varlong(int64_t v)
+{
+    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    int n = 1;
+    while (z >= 0x80) {
+        z >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static inline unsigned char *put_varlong(unsigned char *p, int64_t v)
+{
+    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    while (z >= 0x80) {
+        *p++ = (unsigned char)(z | 0x80);
+        z >>= 7;
+    }
+    *p++ = (unsigned char)z;
+    return p;
+}
+
+static int reserve(RecordsWriter *w, Py_ssize_t extra)
+{
+    if (w->len + extra <= w->cap)
+        return 0;
+    Py_ssize_t cap = w->cap ? w->cap : 4096 + HEADER;
+    while (cap < w->len + extra) {
+        if (cap > PY_SSIZE_T_MAX / 2) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        cap *= 2;
+    }
+    unsigned char *nb = PyMem_Realloc(w->buf, (size_t)cap);
+    if (nb == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    w->buf = nb;
+    w->cap = cap;
+    return 0;
+}
+
+/* A key or value: bytes-like or None (length -1). Fills *data and *n; *view is set
+ * when a buffer had to be acquired (release it). */
+static int bytes_field(PyObject *o, const char *what, Py_buffer *view, int *held, const char **data,
+                       Py_ssize_t *n)
+{
+    *held = 0;
+    if (o == Py_None) {
+        *data = NULL;
+        *n = -1;
+        return 0;
+    }
+    if (PyBytes_CheckExact(o)) {
+        *data = PyBytes_AS_STRING(o);
+        *n = PyBytes_GET_SIZE(o);
+        return 0;
+    }
+    if (PyObject_CheckBuffer(o) && !PyUnicode_Check(o)) {
+        if (PyObject_GetBuffer(o, view, PyBUF_SIMPLE) != 0)
+            return -1;
+        *held = 1;
+        *data = (const char *)view->buf;
+        *n = view->len;
+        return 0;
+    }
+    PyErr_Format(PyExc_TypeError, "a record's %s must be bytes or None, not %.100s", what, Py_TYPE(o)->tp_name);
+    return -1;
+}
+
+static PyObject *writer_append(RecordsWriter *w, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "append(offset_delta, timestamp_ms, key, value, headers)");
+        return NULL;
+    }
+    long long offset_delta = PyLong_AsLongLong(args[0]);
+    if (offset_delta == -1 && PyErr_Occurred())
+        return NULL;
+    long long ts = PyLong_AsLongLong(args[1]);
+    if (ts == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *headers = args[4];
+    Py_ssize_t nheaders = 0;
+    if (headers != Py_None) {
+        if (!PyList_CheckExact(headers) && !PyTuple_CheckExact(headers)) {
+            PyErr_SetString(PyExc_TypeError, "a record's headers must be a list of (str, bytes | None)");
+            return NULL;
+        }
+        nheaders = PySequence_Fast_GET_SIZE(headers);
+    }
+    Py_buffer kview, vview;
+    int kheld, vheld;
+    const char *k, *v;
+    Py_ssize_t kn, vn;
+    if (bytes_field(args[2], "key", &kview, &kheld, &k, &kn) != 0)
+        return NULL;
+    if (bytes_field(args[3], "value", &vview, &vheld, &v, &vn) != 0) {
+        if (kheld)
+            PyBuffer_Release(&kview);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    const long long ts_delta = w->count ? ts - w->first_ts : 0;
+    Py_ssize_t body = 1 + size_of_varlong(ts_delta) + size_of_varlong(offset_delta)
+                      + size_of_varlong(kn) + (kn > 0 ? kn : 0) + size_of_varlong(vn) + (vn > 0 ? vn : 0)
+                      + size_of_varlong(nheaders);
+    /* headers: validate and size them first, so a bad one leaves the buffer untouched */
+    for (Py_ssize_t i = 0; i < nheaders; i++) {
+        PyObject *h = PySequence_Fast_GET_ITEM(headers, i);
+        if (!PyTuple_Check(h) || PyTuple_GET_SIZE(h) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(h, 0))) {
+            PyErr_SetString(PyExc_TypeError, "a record header must be a (str, bytes | None) tuple");
+            goto done;
+        }
+        Py_ssize_t hkn;
+        if (PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(h, 0), &hkn) == NULL)
+            goto done;
+        PyObject *hv = PyTuple_GET_ITEM(h, 1);
+        Py_ssize_t hvn = -1;
+        if (hv != Py_None) {
+            if (!PyBytes_Check(hv)) {
+                PyErr_SetString(PyExc_TypeError, "a record header's value must be bytes or None");
+                goto done;
+            }
+            hvn = PyBytes_GET_SIZE(hv);
+        }
+        body += size_of_varlong(hkn) + hkn + size_of_varlong(hvn) + (hvn > 0 ? hvn : 0);
+    }
+    if (reserve(w, body + 10) != 0)
+        goto done;
+    unsigned char *p = w->buf + w->len;
+    p = put_varlong(p, body);
+    *p++ = 0;                                   /* attributes */
+    p = put_varlong(p, ts_delta);
+    p = put_varlong(p, offset_delta);
+    p = put_varlong(p, kn);
+    if (kn > 0) {
+        memcpy(p, k, (size_t)kn);
+        p += kn;
+    }
+    p = put_varlong(p, vn);
+    if (vn > 0) {
+        memcpy(p, v, (size_t)vn);
+        p += vn;
+    }
+    p = put_varlong(p, nheaders);
+    for (Py_ssize_t i = 0; i < nheaders; i++) {
+        PyObject *h = PySequence_Fast_GET_ITEM(headers, i);
+        Py_ssize_t hkn;
+        const char *hk = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(h, 0), &hkn);
+        p = put_varlong(p, hkn);
+        memcpy(p, hk, (size_t)hkn);
+        p += hkn;
+        PyObject *hv = PyTuple_GET_ITEM(h, 1);
+        if (hv == Py_None) {
+            p = put_varlong(p, -1);
+        } else {
+            Py_ssize_t hvn = PyBytes_GET_SIZE(hv);
+            p = put_varlong(p, hvn);
+            memcpy(p, PyBytes_AS_STRING(hv), (size_t)hvn);
+            p += hvn;
+        }
+    }
+    w->len = p - w->buf;
+    if (w->count == 0) {
+        w->first_ts = w->max_ts = ts;
+    } else if (ts > w->max_ts) {
+        w->max_ts = ts;
+    }
+    w->count++;
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    if (kheld)
+        PyBuffer_Release(&kview);
+    if (vheld)
+        PyBuffer_Release(&vview);
+    return result;
+}
+
+static PyObject *writer_records(RecordsWriter *w, PyObject *noargs)
+{
+    return PyBytes_FromStringAndSize((const char *)w->buf + HEADER, w->len - HEADER);
+}
+
+static inline void put_be(unsigned char *p, uint64_t v, int n)
+{
+    for (int i = n - 1; i >= 0; i--) {
+        p[i] = (unsigned char)(v & 0xFF);
+        v >>= 8;
+    }
+}
+
+static PyObject *writer_finish(RecordsWriter *w, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "finish(producer_id, producer_epoch, base_sequence, crc32c)");
+        return NULL;
+    }
+    long long pid = PyLong_AsLongLong(args[0]);
+    long epoch = PyLong_AsLong(args[1]);
+    long seq = PyLong_AsLong(args[2]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (w->count == 0) {
+        PyErr_SetString(PyExc_ValueError, "a batch needs at least one record");
+        return NULL;
+    }
+    unsigned char *h = w->buf;
+    put_be(h, 0, 8);                                          /* base offset */
+    put_be(h + 8, (uint64_t)(w->len - 12), 4);                /* batch length */
+    put_be(h + 12, (uint64_t)(int64_t)-1, 4);                 /* partition leader epoch */
+    h[16] = 2;                                                /* magic */
+    put_be(h + 21, 0, 2);                                     /* attributes */
+    put_be(h + 23, (uint64_t)(w->count - 1), 4);              /* last offset delta */
+    put_be(h + 27, (uint64_t)w->first_ts, 8);
+    put_be(h + 35, (uint64_t)w->max_ts, 8);
+    put_be(h + 43, (uint64_t)pid, 8);
+    put_be(h + 51, (uint64_t)(int64_t)epoch, 2);
+    put_be(h + 53, (uint64_t)(int64_t)seq, 4);
+    put_be(h + 57, (uint64_t)w->count, 4);
+    PyObject *view = PyMemoryView_FromMemory((char *)h + 21, w->len - 21, PyBUF_READ);
+    if (view == NULL)
+        return NULL;
+    PyObject *crc = PyObject_CallOneArg(args[3], view);
+    Py_DECREF(view);
+    if (crc == NULL)
+        return NULL;
+    unsigned long c = PyLong_AsUnsignedLong(crc);
+    Py_DECREF(crc);
+    if (c == (unsigned long)-1 && PyErr_Occurred())
+        return NULL;
+    put_be(h + 17, c, 4);
+    return PyBytes_FromStringAndSize((const char *)h, w->len);
+}
+
+static PyObject *writer_get_count(RecordsWriter *w, void *closure) { return PyLong_FromSsize_t(w->count); }
+static PyObject *writer_get_nbytes(RecordsWriter *w, void *closure) { return PyLong_FromSsize_t(w->len - HEADER); }
+static PyObject *writer_get_first(RecordsWriter *w, void *closure)
+{
+    return PyLong_FromLongLong(w->count ? w->first_ts : -1);
+}
+static PyObject *writer_get_max(RecordsWriter *w, void *closure)
+{
+    return PyLong_FromLongLong(w->count ? w->max_ts : -1);
+}
+
+static PyObject *writer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    RecordsWriter *w = (RecordsWriter *)type->tp_alloc(type, 0);
+    if (w == NULL)
+        return NULL;
+    w->buf = NULL;
+    w->len = w->cap = w->count = 0;
+    w->first_ts = w->max_ts = -1;
+    if (reserve(w, HEADER) != 0) {
+        Py_DECREF(w);
+        return NULL;
+    }
+    memset(w->buf, 0, HEADER);
+    w->len = HEADER;
+    return (PyObject *)w;
+}
+
+static void writer_dealloc(RecordsWriter *w)
+{
+    PyMem_Free(w->buf);
+    Py_TYPE(w)->tp_free((PyObject *)w);
+}
+
+static PyMethodDef writer_methods[] = {
+    {"append", (PyCFunction)(void (*)(void))writer_append, METH_FASTCALL,
+     "append(offset_delta, timestamp_ms, key, value, headers): encode one record."},
+    {"records", (PyCFunction)writer_records, METH_NOARGS, "The records section so far, as bytes."},
+    {"finish", (PyCFunction)(void (*)(void))writer_finish, METH_FASTCALL,
+     "finish(producer_id, producer_epoch, base_sequence, crc32c): the whole v2 batch, as bytes."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef writer_getset[] = {
+    {"count", (getter)writer_get_count, NULL, "records appended", NULL},
+    {"nbytes", (getter)writer_get_nbytes, NULL, "bytes of the records section", NULL},
+    {"first_timestamp", (getter)writer_get_first, NULL, "the first record's timestamp (-1: none yet)", NULL},
+    {"max_timestamp", (getter)writer_get_max, NULL, "the largest timestamp appended (-1: none yet)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject RecordsWriterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "minibroker._speedups.RecordsWriter",
+    .tp_basicsize = sizeof(RecordsWriter),
+    .tp_dealloc = (destructor)writer_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "The records section of one uncompressed Kafka v2 batch, appended record by record.",
+    .tp_methods = writer_methods,
+    .tp_getset = writer_getset,
+    .tp_new = writer_new,
+};
+
+/* ---------------------------------------------------------------- module */
+
+static PyMethodDef methods[] = {
+    {"wall_ms", wall_ms, METH_NOARGS, "Wall-clock milliseconds since the epoch."},
+    {"murmur2", murmur2, METH_O, "Kafka's murmur2 hash of a bytes-like object (signed 32-bit)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "minibroker._speedups",
+    "C versions of per-record producer helpers (each has a Python twin).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__speedups(void)
+{
+    if (PyType_Ready(&RecordsWriterType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&RecordsWriterType);
+    if (PyModule_AddObject(m, "RecordsWriter", (PyObject *)&RecordsWriterType) < 0) {
+        Py_DECREF(&RecordsWriterType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

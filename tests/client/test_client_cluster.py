@@ -65,6 +65,56 @@ async def test_keyed_records_spread_by_murmur2_like_kafka(shared_cluster):
             assert md.partition == partition_for_key(b"key-%d" % i, 3)
 
 
+async def test_every_kind_of_send_in_one_batch_lands_where_and_as_sent(shared_cluster):
+    """send's one-pass case (an open batch takes the record) and its general case
+    (headers, timestamps, keys, explicit partitions, a new batch) interleaved on
+    the same partitions: each record lands on the partition Kafka's rules pick,
+    in send order, with its fields; bad partitions and sizes fail in either case."""
+    from minibroker.client.partitioner import partition_for_key
+    topic = await new_topic(shared_cluster, partitions=3)
+    sent = []
+    async with Producer(shared_cluster.bootstrap, {"acks": "all", "linger.ms": 50,
+                                                   "max.request.size": 4000}) as p:
+        futs = []
+        for i in range(300):
+            kind = i % 6
+            key = b"k%d" % (i % 7) if kind in (1, 2) else None
+            headers = [("n", b"%d" % i)] if kind == 2 else None
+            ts = 1_000_000 + i if kind == 3 else None
+            part = i % 3 if kind == 4 else None
+            value = None if kind == 5 else b"v%d" % i
+            futs.append(await p.send(topic, value, key, partition=part, headers=headers, timestamp_ms=ts))
+            sent.append((key, value, headers, ts, part))
+            if i == 150:
+                with pytest.raises(KafkaError) as bad:
+                    await p.send(topic, b"x", partition=3)
+                assert bad.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                with pytest.raises(KafkaError) as big:
+                    await p.send(topic, b"x" * 5000)
+                assert big.value.code == ErrorCode.MESSAGE_TOO_LARGE
+        metas = [await f for f in futs]
+    unkeyed_parts = set()
+    for (key, value, headers, ts, part), md in zip(sent, metas):
+        if key is not None:
+            assert md.partition == partition_for_key(key, 3)
+        elif part is not None:
+            assert md.partition == part
+        else:
+            unkeyed_parts.add(md.partition)
+        if ts is not None:
+            assert md.timestamp == ts
+    assert len(unkeyed_parts) == 1          # sticky: no batch filled, so one partition took them all
+    recs = await read_all(shared_cluster, topic, 300)
+    by_offset = {(r.partition, r.offset): r for r in recs}
+    for (key, value, headers, ts, _), md in zip(sent, metas):
+        r = by_offset[(md.partition, md.offset)]
+        assert (r.key, r.value, r.headers) == (key, value, tuple(headers or ()))
+        assert r.timestamp == md.timestamp
+    for part in range(3):
+        offsets = [md.offset for md in metas if md.partition == part]
+        assert offsets == sorted(offsets) == list(range(len(offsets)))
+
+
 async def test_acks_one_and_zero_deliver_too(shared_cluster):
     topic = await new_topic(shared_cluster)
     async with Producer(shared_cluster.bootstrap, {"acks": "1"}) as p:

@@ -25,6 +25,11 @@
  *     minibroker.records.RecordsBuilder is its Python face.
  *     Invariant: buf[HEADER:len] is `count` whole records.
  *
+ * RecordRef(batch, index)
+ *     Two read-only fields, `_batch` and `_index`: the base of the producer's
+ *     RecordFuture (one per record sent), so that making one is a C
+ *     allocation and not a Python __init__ call.
+ *
  * wall_ms and murmur2 are stateless and allocate only their result.
  */
 #define PY_SSIZE_T_CLEAN
@@ -395,6 +400,73 @@ static PyTypeObject RecordsWriterType = {
     .tp_new = writer_new,
 };
 
+/* ---------------------------------------------------------------- RecordRef */
+
+#include <structmember.h>
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *batch;
+    Py_ssize_t index;
+} RecordRef;
+
+static PyObject *ref_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    if ((kwargs != NULL && PyDict_GET_SIZE(kwargs)) || PyTuple_GET_SIZE(args) != 2) {
+        PyErr_SetString(PyExc_TypeError, "RecordRef(batch, index)");
+        return NULL;
+    }
+    Py_ssize_t index = PyLong_AsSsize_t(PyTuple_GET_ITEM(args, 1));
+    if (index == -1 && PyErr_Occurred())
+        return NULL;
+    RecordRef *r = (RecordRef *)type->tp_alloc(type, 0);
+    if (r == NULL)
+        return NULL;
+    r->batch = Py_NewRef(PyTuple_GET_ITEM(args, 0));
+    r->index = index;
+    return (PyObject *)r;
+}
+
+static int ref_traverse(RecordRef *r, visitproc visit, void *arg)
+{
+    Py_VISIT(r->batch);
+    return 0;
+}
+
+static int ref_clear(RecordRef *r)
+{
+    Py_CLEAR(r->batch);
+    return 0;
+}
+
+/* Also the base dealloc of Python subclasses: their subtype_dealloc owns the
+ * reference to the (heap) subclass, so this never touches the type. */
+static void ref_dealloc(RecordRef *r)
+{
+    PyObject_GC_UnTrack(r);
+    ref_clear(r);
+    Py_TYPE(r)->tp_free((PyObject *)r);
+}
+
+static PyMemberDef ref_members[] = {
+    {"_batch", T_OBJECT, offsetof(RecordRef, batch), READONLY, "the record's batch"},
+    {"_index", T_PYSSIZET, offsetof(RecordRef, index), READONLY, "the record's position in its batch"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject RecordRefType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "minibroker._speedups.RecordRef",
+    .tp_basicsize = sizeof(RecordRef),
+    .tp_dealloc = (destructor)ref_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A record's place in its batch: the producer's RecordFuture base.",
+    .tp_traverse = (traverseproc)ref_traverse,
+    .tp_clear = (inquiry)ref_clear,
+    .tp_members = ref_members,
+    .tp_new = ref_new,
+};
+
 /* ---------------------------------------------------------------- module */
 
 static PyMethodDef methods[] = {
@@ -410,7 +482,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__speedups(void)
 {
-    if (PyType_Ready(&RecordsWriterType) < 0)
+    if (PyType_Ready(&RecordsWriterType) < 0 || PyType_Ready(&RecordRefType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
@@ -418,6 +490,12 @@ PyMODINIT_FUNC PyInit__speedups(void)
     Py_INCREF(&RecordsWriterType);
     if (PyModule_AddObject(m, "RecordsWriter", (PyObject *)&RecordsWriterType) < 0) {
         Py_DECREF(&RecordsWriterType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&RecordRefType);
+    if (PyModule_AddObject(m, "RecordRef", (PyObject *)&RecordRefType) < 0) {
+        Py_DECREF(&RecordRefType);
         Py_DECREF(m);
         return NULL;
     }

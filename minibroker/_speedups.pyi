@@ -1,2 +1,19 @@
+from typing import Any
+
 def wall_ms() -> int: ...
 def murmur2(data: bytes | bytearray | memoryview, /) -> int: ...
+
+class RecordsWriter:
+    count: int
+    nbytes: int
+    first_timestamp: int
+    max_timestamp: int
+    def append(self, offset_delta: int, timestamp_ms: int, key: bytes | bytearray | memoryview | None,
+               value: bytes | bytearray | memoryview | None, headers: list[tuple[str, bytes | None]], /) -> None: ...
+    def records(self) -> bytes: ...
+    def finish(self, producer_id: int, producer_epoch: int, base_sequence: int, crc32c: Any, /) -> bytes: ...
+
+class RecordRef:
+    _batch: Any
+    _index: int
+    def __init__(self, batch: Any, index: int, /) -> None: ...

@@ -71,17 +71,25 @@ def now_ms() -> int:
     return clock.now_ms()
 
 
-class RecordFuture:
+try:    # one RecordFuture per record sent: its two fields are set in C where the extension was built
+    from minibroker._speedups import RecordRef as _RecordRef
+except ImportError:  # pragma: no cover - the C extension was not built
+    class _RecordRef:  # type: ignore[no-redef]
+        __slots__ = ("_batch", "_index")
+
+        def __init__(self, batch: ProducerBatch, index: int) -> None:
+            self._batch = batch
+            self._index = index
+
+
+class RecordFuture(_RecordRef):
     """The outcome of one sent record; `await` it for `RecordMetadata` or a KafkaError.
 
-    Cheap by design (two slots): it shares its batch's future and computes its
-    own offset as the batch's base offset plus its index."""
+    Cheap by design (two fields, `_batch` and `_index`): it shares its batch's
+    future and computes its own offset as the batch's base offset plus its index."""
 
-    __slots__ = ("_batch", "_index")
-
-    def __init__(self, batch: ProducerBatch, index: int) -> None:
-        self._batch = batch
-        self._index = index
+    __slots__ = ()
+    _batch: ProducerBatch
 
     def __await__(self):
         waiter = self._batch.waiter

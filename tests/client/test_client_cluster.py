@@ -94,7 +94,7 @@ async def test_every_kind_of_send_in_one_batch_lands_where_and_as_sent(shared_cl
                 assert big.value.code == ErrorCode.MESSAGE_TOO_LARGE
         metas = [await f for f in futs]
     unkeyed_parts = set()
-    for (key, value, headers, ts, part), md in zip(sent, metas):
+    for (key, _, _, ts, part), md in zip(sent, metas, strict=True):
         if key is not None:
             assert md.partition == partition_for_key(key, 3)
         elif part is not None:
@@ -106,7 +106,7 @@ async def test_every_kind_of_send_in_one_batch_lands_where_and_as_sent(shared_cl
     assert len(unkeyed_parts) == 1          # sticky: no batch filled, so one partition took them all
     recs = await read_all(shared_cluster, topic, 300)
     by_offset = {(r.partition, r.offset): r for r in recs}
-    for (key, value, headers, ts, _), md in zip(sent, metas):
+    for (key, value, headers, _, _), md in zip(sent, metas, strict=True):
         r = by_offset[(md.partition, md.offset)]
         assert (r.key, r.value, r.headers) == (key, value, tuple(headers or ()))
         assert r.timestamp == md.timestamp

@@ -26,6 +26,7 @@ import ssl
 from typing import Any
 from collections.abc import Callable
 
+from minibroker.aio import wait_event
 from minibroker.broker.alter_partition_queue import AlterPartitionItem, AlterPartitionQueue, PartitionKey
 from minibroker.broker.lifecycle import BrokerLifecycle, BrokerState, HeartbeatOutcome
 from minibroker.clock import now_ms
@@ -322,9 +323,7 @@ class ControllerChannel:
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
                 return False
-            try:
-                await asyncio.wait_for(self._changed.wait(), remaining)
-            except TimeoutError:
+            if not await wait_event(self._changed, remaining):     # (wait_for can swallow a cancel on 3.11)
                 return cond()
         return True
 
@@ -429,10 +428,7 @@ class ControllerChannel:
         if not wakeable:
             await asyncio.sleep(ms / 1000)
             return
-        try:
-            await asyncio.wait_for(self._wake.wait(), ms / 1000)
-        except TimeoutError:
-            pass
+        await wait_event(self._wake, ms / 1000)
 
     async def _metadata_loop(self) -> None:
         backoff = Backoff()

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from collections.abc import Awaitable, Callable
 
+from minibroker.aio import wait_event
 from minibroker.broker.fetch_session import INVALID_SESSION_ID, FollowerSession
 from minibroker.broker.partition import Partition
 from minibroker.config import Config
@@ -130,7 +131,7 @@ class ReplicaFetcher:
         self._clock = clock
         self._states: dict[PartitionKey, FetchState] = {}
         self._wake = asyncio.Event()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task | None = None     # Invariant: the running fetch loop, None once stopped
         self._transport_error = ""
         self._session = FollowerSession()
         # Invariant: `_built[k]` is the Fetch entry last built for state `st` of partition k, with the LEO and
@@ -188,8 +189,11 @@ class ReplicaFetcher:
     # ------------------------------------------------------------ the loop
 
     async def _run(self) -> None:
+        """The fetch loop, started by the first `add`; it ends when cancelled or, should a
+        cancel ever be lost on the way (3.11's wait_for, gh-86296), once `stop` has let go of it."""
+        me = asyncio.current_task()
         try:
-            while True:
+            while self._task is me:
                 now = self._clock()
                 ready = [st for st in self._states.values() if st.core.is_ready(now)]
                 if not ready:
@@ -206,10 +210,7 @@ class ReplicaFetcher:
         self._wake.clear()
         pending = [st.core.delayed_until_ms for st in self._states.values() if not st.failed]
         timeout = max(0, min(pending) - now) / 1000 if pending else None
-        try:
-            await asyncio.wait_for(self._wake.wait(), timeout)
-        except TimeoutError:
-            pass
+        await wait_event(self._wake, timeout)      # not wait_for: on 3.11 it can swallow the stop's cancel
 
     async def _fetch_once(self, ready: list[FetchState]) -> None:
         try:

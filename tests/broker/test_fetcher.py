@@ -167,6 +167,27 @@ async def test_other_partition_errors_back_off(tmp_path, events):
     await fm.shutdown()
 
 
+async def test_a_stop_that_meets_a_wake_up_still_stops_the_fetcher(tmp_path, events):
+    """The broker's stop cancels each fetcher while it idles; a wake-up in the same
+    loop turn (a partition added, a back-off ending) must not swallow that cancel
+    (Python 3.11's asyncio.wait_for did, gh-86296: the fetcher went on and the
+    stop waited for it forever)."""
+    part = follower(tmp_path)
+    conn = ScriptedLeader(lambda api, body: answer_partition(error=int(ErrorCode.UNKNOWN_LEADER_EPOCH)))
+    fm = manager(conn, Hooks(), events)
+    st = fm.add(part, 1, 5)
+    await until(lambda: st.backoff_until_ms == 60_000)
+    for _ in range(3):
+        await asyncio.sleep(0)                   # the fetcher is parked in its idle wait
+    other = Partition("t", 1, node_id=2, log=PartitionLog(os.path.join(tmp_path, "t-1"), LogConfig()), hw=0,
+                      sink=lambda e: None)
+    other.make_follower(PartitionRecord("t", 1, (1, 2), (1, 2), 1, 5, 0), 0)
+    fm.add(other, 1, 5)                          # wakes the idle fetcher ...
+    stopping = asyncio.ensure_future(fm.shutdown())     # ... and the stop's cancel lands in the same turn
+    done, _ = await asyncio.wait([stopping], timeout=5)
+    assert done, "the fetcher's stop did not finish: a cancellation was swallowed"
+
+
 async def test_transport_errors_back_off_every_partition_and_are_reported_once(tmp_path, events):
     part = follower(tmp_path)
     conn = ScriptedLeader(lambda api, body: KafkaError(ErrorCode.REQUEST_TIMED_OUT, "slow"))

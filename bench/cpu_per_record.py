@@ -27,6 +27,7 @@ import tempfile
 import time
 
 from minibroker.bench.produce import consume_all, produce_batched
+from minibroker.cli.common import run_async
 from minibroker.client.admin import Admin
 from minibroker.testing.cluster import LocalCluster
 
@@ -81,4 +82,4 @@ if __name__ == "__main__":
     a = ap.parse_args()
     cfg = {"linger.ms": "5", "batch.size": "262144", "max.request.size": "4194304"}
     cfg.update(dict(kv.split("=", 1) for kv in a.producer_property))
-    asyncio.run(main(a.records, a.size, cfg))
+    run_async(main(a.records, a.size, cfg))     # as `minibroker bench` runs: uvloop, the allocator thresholds

@@ -148,8 +148,10 @@ async def produce_spread(bootstrap: str, topic: str, count: int, size: int, cfg:
         send = p.send
         run = max(1, run)
         start = time.perf_counter()
-        for i in range(count):
-            await send(topic, value, partition=(i // run) % n)
+        for first in range(0, count, run):      # the partition is chosen per run, not per record
+            part = (first // run) % n
+            for _ in range(min(run, count - first)):
+                await send(topic, value, partition=part)
         await p.flush()
         elapsed = time.perf_counter() - start
     return acked, failed, elapsed

@@ -21,18 +21,18 @@ def produce_batched(kafka_bootstrap: str, topic: str, count: int, size: int,
                     producer_cfg: Mapping[str, Any]) -> tuple[int, int, float]:
     """(acknowledged, failed, seconds) of `count` records; blocking (run it in a thread)."""
     from confluent_kafka import Producer
-    acked = failed = 0
+    failed = 0
 
     def report(err: Any, _msg: Any) -> None:
-        nonlocal acked, failed
-        if err is None:
-            acked += 1
-        else:
+        nonlocal failed
+        if err is not None:
             failed += 1
 
+    # delivery.report.only.error: librdkafka calls back only for failed records, so the run times
+    # librdkafka and the brokers, not a million Python callbacks; every other record was acked.
     conf: dict[str, Any] = {"bootstrap.servers": kafka_bootstrap, "acks": "all",
                             "linger.ms": int(producer_cfg.get("linger.ms", 5)),
-                            "queue.buffering.max.messages": 1_000_000}
+                            "queue.buffering.max.messages": 1_000_000, "delivery.report.only.error": True}
     if "batch.size" in producer_cfg:
         conf["batch.size"] = int(producer_cfg["batch.size"])
     p = Producer(conf)
@@ -51,4 +51,5 @@ def produce_batched(kafka_bootstrap: str, topic: str, count: int, size: int,
             poll(0)
     left = p.flush(300)
     elapsed = time.perf_counter() - start
+    acked = count - failed - left
     return acked, failed + left, elapsed

@@ -31,6 +31,7 @@ from minibroker.bench.figures import Stat, summarize
 from minibroker.bench.partitions import SETTLE_S, idle_partitions, produce_spread, records_per_batch
 from minibroker.bench.produce import pct, run_classic
 from minibroker.client.admin import Admin
+from minibroker.errors import KafkaError
 from minibroker.testing.cluster import LocalCluster
 
 Out = Callable[[str], None]
@@ -144,7 +145,22 @@ async def one_run(opts: BenchOptions, cluster: LocalCluster | None, admin: Admin
         else:
             await _guarded("failover after SIGKILL of the leader", out,
                            _failover(cluster, admin, topic + "-failover", opts.size, fig, out))
+    await _delete_run_topics(admin, topic)
     return fig
+
+
+RUN_TOPIC_SUFFIXES = ("", "-e2e", "-catchup", "-confluent", "-failover")
+
+
+async def _delete_run_topics(admin: Admin, topic: str) -> None:
+    """Delete the topics a run created (all named after `topic`), so that the next run does
+    not compete with the kernel writing this run's gigabytes back to disk: on this project's
+    VMs every later run of a sitting was slower than the first until the data went."""
+    names = [topic + s for s in RUN_TOPIC_SUFFIXES]
+    try:
+        await admin.delete_topics(names, timeout_ms=60_000)
+    except KafkaError:
+        pass
 
 
 async def _e2e(opts: BenchOptions, admin: Admin, bootstrap: str, topic: str, fig: dict[str, float],

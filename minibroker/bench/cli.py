@@ -23,8 +23,8 @@ def bench() -> None:
 @click.option("--bootstrap-server", help="Use a running cluster instead of starting one (skips the figures "
               "that stop or kill brokers, confluent-kafka and idle partitions).")
 @click.option("--runs", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Repeat every figure this many times on the same cluster (fresh topics each run), "
-                   "then print min / median / max.")
+              help="Repeat every figure this many times on the same cluster (fresh topics each run, "
+                   "deleted after it), then print min / median / max.")
 @click.option("--e2e/--no-e2e", "e2e", default=True, help="End-to-end latency at half the batched rate.")
 @click.option("--e2e-seconds", type=float, default=5, show_default=True)
 @click.option("--catch-up/--no-catch-up", "catch_up", default=True, help="Follower catch-up from zero.")

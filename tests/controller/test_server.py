@@ -104,7 +104,7 @@ class FakeBroker:
         async def beat() -> None:
             while True:
                 await self.heartbeat()
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.05)      # the scripted broker's heartbeat interval, not a synchronisation
 
         async def follow() -> None:
             while True:

@@ -26,7 +26,7 @@ PRELUDE = textwrap.dedent('''
                 mv = memoryview(data)
                 real(fd, mv[: int(len(mv) * fraction)])
                 print("TORN", len(mv), flush=True)
-                while True:
+                while True:           # the behaviour under test: hang mid-write until the test SIGKILLs us
                     time.sleep(60)
             state["left"] -= 1
             real(fd, data)

@@ -14,12 +14,15 @@ name no partition, instead of 1,000 entries each way every
 replica.fetch.wait.max.ms.
 
 Must not know: the log, the wire, replication rules, time. The leader
-applies the follower-fetch rule to every partition of a session on each
-Fetch (the follower's fetch offset is its acknowledgement and keeps it in
-the ISR: Kafka's IncrementalFetchContext does the same), but it reads again
-only the partitions whose state may have moved: the driver keeps, per
-session, the partitions last read quiet (`quiet`) and the change count at
-which all of them were known to hold (`quiet_at`).
+applies the follower-fetch rule to every partition of a session (the
+follower's fetch offset is its acknowledgement and keeps it in the ISR:
+Kafka's IncrementalFetchContext does the same, on every Fetch; the driver
+does it to the quiet ones at most every QUIET_REFRESH_MS, `quiet_refreshed`),
+but it reads again only the partitions whose state may have moved: the
+driver keeps, per session, the partitions last read quiet (`quiet`) and the
+change count at which all of them were known to hold (`quiet_at`). The
+follower's side compares only the entries its caller says moved
+(`build_changed`).
 
 Rules KS1-KS4 of docs/rules.md; simplified (KS2): one session per follower
 broker, no cache slots or idle eviction. Sessions are for replica fetches only (consumers fetch without one: session
@@ -64,6 +67,9 @@ class FetchSession:
     quiet: dict[PartitionKey, tuple[Any, Any, Any]] = field(default_factory=dict)
     # The driver's change count at which every `quiet` stamp was last known to hold (-1: not known).
     quiet_at: int = -1
+    # The driver's mark (opaque here) of the last Fetch that applied the follower-fetch rule to every
+    # quiet partition.
+    quiet_refreshed: tuple[int, int] = (-1, -1)
 
     def must_respond(self, key: PartitionKey, error: int, high_watermark: int, log_start_offset: int,
                      has_records: bool, diverging: bool) -> bool:
@@ -218,6 +224,25 @@ class FollowerSession:
             if key not in wanted:
                 gone.setdefault(key[0], []).append(key[1])
         return send, [{"topic": t, "partitions": ps} for t, ps in gone.items()], False
+
+    def build_changed(self, changed: list[tuple[str, Entry]]) -> tuple[
+            list[tuple[str, Entry]], list[dict[str, Any]], bool] | None:
+        """`build` for entries that equal those of the previous build but for `changed` (the
+        caller knows which moved): only those are compared. None when the session cannot take
+        it that way (none open, or the leader does not hold the previous build): call `build`."""
+        built = self._built
+        if self.session_id == INVALID_SESSION_ID or built is None or self.held is not built:
+            return None
+        wanted = dict(built)
+        for topic, p in changed:
+            wanted[(topic, p["partition"])] = (topic, p["fetch_offset"], p["current_leader_epoch"],
+                                               p["last_fetched_epoch"], p["log_start_offset"],
+                                               p["partition_max_bytes"])
+        self._pending = self._built = wanted
+        self._pending_full = False
+        held = self.held
+        return [(topic, p) for topic, p in changed if held.get((topic, p["partition"])) !=
+                wanted[(topic, p["partition"])]], [], False
 
     def on_response(self, session_id: int) -> None:
         """Triggered by a Fetch response without a top-level error."""

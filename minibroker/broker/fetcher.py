@@ -12,9 +12,10 @@ Must not know: any replication rule (the core decides), leader-side rules,
 purgatory, metadata handling. The
 `ReplicaManager` adds and removes partitions (on new leader epochs only,
 R1) and is told, through `FetcherHooks`, when a follower's HW rose or its
-log changed so parked reads can be woken; its change count
-(`FetcherHooks.state_changes`) lets an idle fetcher resend its last entries
-without looking at each partition.
+log changed so parked reads can be woken; its change count and change log
+(`FetcherHooks.state_changes`, `changed_since`) let a fetcher resend its
+last entries without looking at each partition, or rebuild only those of
+the partitions that moved.
 
 The next Fetch is sent as soon as the previous response is processed: its
 fetch offsets are the follower's acknowledgement. Long-polling happens on the
@@ -59,6 +60,10 @@ class FetcherHooks(Protocol):
 
     def state_changes(self) -> int:
         """A count that moves whenever any replica's log end, log start, HW or role moves."""
+
+    def changed_since(self, count: int) -> set[Any] | None:
+        """The partitions whose log end, log start, HW or role moved after change count `count`,
+        or None when that is too long ago to say."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +147,13 @@ class ReplicaFetcher:
         # Invariant: the ready states, the hooks' change count and the entries of the last build; while
         # the first two hold and nothing is dirty, the next build gives the same entries.
         self._last_build: tuple[list[FetchState], int, list[tuple[str, dict[str, Any]]],
-                                dict[PartitionKey, FetchState]] | None = None
+                                dict[PartitionKey, FetchState], dict[PartitionKey, int]] | None = None
+        # Invariant: while not None, `list(self._states.values())`.
+        self._all: list[FetchState] | None = None
+        # Invariant: every state outside `_held_back` was ready when last checked and its core has not
+        # been handed an event since, except those in `_recheck` (None: all of them may have been).
+        self._held_back: dict[PartitionKey, FetchState] = {}
+        self._recheck: set[PartitionKey] | None = None
         self.requests = 0
         self.last_named = 0               # partitions the last Fetch named (all, or in a session the changed)
 
@@ -162,6 +173,7 @@ class ReplicaFetcher:
         core = PartitionFollower(part.name, self.leader_id, leader_epoch, self.settings.backoff_ms, self._sink)
         st = FetchState(part, core)
         self._states[part.key] = st
+        self._all = None
         self._wake.set()
         if self._task is None:
             self._task = asyncio.ensure_future(self._run())
@@ -170,6 +182,8 @@ class ReplicaFetcher:
     def remove(self, key: PartitionKey) -> None:
         self._states.pop(key, None)
         self._built.pop(key, None)
+        self._held_back.pop(key, None)
+        self._all = None
         self._last_build = None
 
     def stop(self) -> None:
@@ -195,7 +209,7 @@ class ReplicaFetcher:
         try:
             while self._task is me:
                 now = self._clock()
-                ready = [st for st in self._states.values() if st.core.is_ready(now)]
+                ready = self._ready(now)
                 if not ready:
                     await self._idle(now)
                     continue
@@ -205,6 +219,36 @@ class ReplicaFetcher:
         except Exception:  # pragma: no cover - a bug; keep the broker alive and say so
             log.exception("fetcher from broker %d died", self.leader_id)
             raise
+
+    def _ready(self, now: int) -> list[FetchState]:
+        """The states to fetch now, in the order they were added. Only the cores handed an event
+        since the last call (and those held back) are asked, so a follower of 1,000 partitions
+        does not ask 1,000 cores before each Fetch; while none is held back the list is the same
+        object as last time (`_build` then compares nothing)."""
+        states, held = self._states, self._held_back
+        if self._all is None:
+            self._all = list(states.values())
+            self._recheck = None
+        recheck = self._recheck
+        if recheck is None:
+            held.clear()
+            for key, st in states.items():
+                if not st.core.is_ready(now):
+                    held[key] = st
+        else:
+            for key in recheck:
+                st = states.get(key)
+                if st is None or st.core.is_ready(now):
+                    held.pop(key, None)
+                else:
+                    held[key] = st
+        self._recheck = set()
+        if held:
+            for key in [k for k, st in held.items() if st.core.is_ready(now)]:
+                del held[key]
+        if not held:
+            return self._all
+        return [st for st in self._all if st.partition.key not in held]
 
     async def _idle(self, now: int) -> None:
         self._wake.clear()
@@ -246,36 +290,67 @@ class ReplicaFetcher:
     def _build(self, ready: list[FetchState]) -> tuple[dict[str, Any], bool, dict[PartitionKey, FetchState]]:
         """The next Fetch: in a session (KIP-227) it names only the partitions whose position
         changed and forgets those no longer fetched; returns (the body, whether it is full,
-        the state of each partition it fetches)."""
-        built, dirty = self._built, self._dirty
+        the state of each partition it fetches). With the same partitions as the last build,
+        only those the hooks' change log (or `_dirty`) names since then are looked at."""
+        dirty = self._dirty
         changes = self.hooks.state_changes()
         last = self._last_build
-        if not dirty and last is not None and last[1] == changes and last[0] == ready:
-            return (*self._body(last[2], True), last[3])    # an idle follower: nothing any entry depends on moved
+        if last is not None and (last[0] is ready or last[0] == ready):
+            if not dirty and last[1] == changes:
+                return (*self._body(last[2], None), last[3])    # an idle follower: nothing any entry depends on moved
+            moved = self.hooks.changed_since(last[1])
+            if moved is not None:
+                return self._build_changed(ready, changes, last, moved | dirty if dirty else moved)
         entries: list[tuple[str, dict[str, Any]]] = []
-        pmax = self.settings.partition_max_bytes
         for st in ready:
-            part = st.partition
-            leo, start = part.leo, part.log_start_offset
-            cached = built.get(part.key)
-            if cached is not None and cached[0] is st and cached[1] == leo and cached[2] == start \
-                    and part.key not in dirty:
-                entries.append((part.topic, cached[3]))      # nothing it depends on moved: the same position
-                continue
-            pos = st.core.next_position(log_view(part))
-            entry = {"partition": part.index, "fetch_offset": pos.fetch_offset,
-                     "current_leader_epoch": pos.current_leader_epoch, "last_fetched_epoch": pos.last_fetched_epoch,
-                     "log_start_offset": pos.log_start_offset, "partition_max_bytes": pmax}
-            built[part.key] = (st, leo, start, entry)
-            entries.append((part.topic, entry))
+            entries.append(self._entry(st))
         dirty.clear()
         sent = {st.partition.key: st for st in ready}
-        self._last_build = (ready, changes, entries, sent)
+        index = {key: i for i, key in enumerate(sent)}
+        self._last_build = (ready, changes, entries, sent, index)
         return (*self._body(entries, False), sent)
 
-    def _body(self, entries: list[tuple[str, dict[str, Any]]], same: bool) -> tuple[dict[str, Any], bool]:
+    def _build_changed(self, ready: list[FetchState], changes: int, last: Any, moved: set[Any]) -> tuple[
+            dict[str, Any], bool, dict[PartitionKey, FetchState]]:
+        """`_build` when only the partitions in `moved` (the change log's and `_dirty`) can have a
+        new position: the last build's entries with theirs rebuilt, in the same order."""
+        _, _, old, sent, index = last
+        entries = list(old)
+        changed: list[tuple[str, dict[str, Any]]] = []
+        for i in sorted(i for k in moved if (i := index.get(k)) is not None):
+            e = self._entry(ready[i])
+            if e[1] is not old[i][1]:
+                entries[i] = e
+                changed.append(e)
+        self._dirty.clear()
+        self._last_build = (ready, changes, entries, sent, index)
+        return (*self._body(entries, changed), sent)
+
+    def _entry(self, st: FetchState) -> tuple[str, dict[str, Any]]:
+        """One partition's Fetch entry: the one last built while nothing it depends on moved."""
+        part = st.partition
+        key = part.key
+        leo, start = part.leo, part.log_start_offset
+        cached = self._built.get(key)
+        if cached is not None and cached[0] is st and cached[1] == leo and cached[2] == start \
+                and key not in self._dirty:
+            return part.topic, cached[3]
+        pos = st.core.next_position(log_view(part))
+        entry = {"partition": part.index, "fetch_offset": pos.fetch_offset,
+                 "current_leader_epoch": pos.current_leader_epoch, "last_fetched_epoch": pos.last_fetched_epoch,
+                 "log_start_offset": pos.log_start_offset, "partition_max_bytes": self.settings.partition_max_bytes}
+        self._built[key] = (st, leo, start, entry)
+        return part.topic, entry
+
+    def _body(self, entries: list[tuple[str, dict[str, Any]]],
+              changed: list[tuple[str, dict[str, Any]]] | bool | None) -> tuple[dict[str, Any], bool]:
+        """`changed`: None, the same entries as the last build; a list, the last build's entries
+        but for these; False, any entries."""
         session_id, epoch = self._session.request_ids
-        send, forgotten, full = self._session.build(entries, same=same)
+        built = self._session.build_changed(changed) if isinstance(changed, list) else None
+        if built is None:
+            built = self._session.build(entries, same=changed is None)
+        send, forgotten, full = built
         self.last_named = len(send)
         topics: dict[str, list[dict[str, Any]]] = {}
         for topic, entry in send:
@@ -295,11 +370,13 @@ class ReplicaFetcher:
         progress: list[tuple[Partition, int, int]] = []
         out_of_range: list[FetchState] = []
         answered: set[PartitionKey] = set()
+        recheck = self._recheck if self._recheck is not None else set()
         for t in resp.get("topics", ()):
             topic = t["topic"]
             for e in t["partitions"]:
                 key = (topic, e["partition"])
                 self._dirty.add(key)
+                recheck.add(key)
                 st = sent.get(key) if key not in answered else None
                 answered.add(key)
                 if st is None or self._states.get(key) is not st:
@@ -323,6 +400,7 @@ class ReplicaFetcher:
                         self._carry_truncation(st, action, now)
         for key, st in sent.items() if full else ():
             if key not in answered and self._states.get(key) is st:
+                recheck.add(key)
                 st.core.on_error(ErrorCode.UNKNOWN_SERVER_ERROR, now, "the leader's answer left this partition out")
         if appended:
             await self.hooks.flush(appended)
@@ -402,6 +480,7 @@ class ReplicaFetcher:
 
     def _on_transport_error(self, sts: list[FetchState], exc: KafkaError) -> None:
         now = self._clock()
+        self._recheck = None
         for st in sts:
             st.core.on_transport_error(now)
         msg = str(exc)

@@ -57,6 +57,10 @@ _HOT_EVENT_KINDS = frozenset({"follower_fetch"})
 _ALTER_PARTITION_RESEND_MS = 50
 _FLUSH_CHECK_MS = 1000
 _OFFSET_CHECKPOINT_MS = 60_000
+# How often, at most, an incremental Fetch applies the follower-fetch rule to each of its session's
+# quiet partitions (KS3): a follower's fetch time on them lags its fetches by at most this much (or
+# replica.lag.time.max.ms / 20 when that is less), so a Fetch does not cost a call per session partition.
+QUIET_REFRESH_MS = 100
 
 
 def _code(code: int) -> ErrorCode | int:
@@ -103,6 +107,8 @@ class ReplicaManager:
         except ValueError as exc:
             raise ConfigError(f"minibroker.semantics: {exc}") from None
         self.lag_max_ms = config.get_int("replica.lag.time.max.ms")
+        # KS3 simplified: a session's quiet partitions get the follower-fetch rule at most this often.
+        self.quiet_refresh_ms = min(QUIET_REFRESH_MS, self.lag_max_ms // 20)
         self.rack = config.get("broker.rack", "")
         selector = config.get("replica.selector.class", "").strip()
         short = selector.rsplit(".", 1)[-1]
@@ -435,13 +441,13 @@ class ReplicaManager:
 
     async def _flush_due(self) -> None:
         """Every _FLUSH_CHECK_MS: hand the LogManager's flusher pass to a worker
-        thread when a log's flush policy is due, an epoch cache is unwritten, or
+        thread when a log's flush policy is due, an epoch checkpoint is due, or
         a truncation lowered a recovery point (so the recovery-point checkpoint
         is rewritten now, not at the next offset checkpoint)."""
         if self.log_manager is None:
             return
         now = self.clock()
-        if any(p.log.needs_flush(now) or p.log.epoch_cache_dirty or p.log.recovery_point_lowered
+        if any(p.log.needs_flush(now) or p.log.epoch_checkpoint_due or p.log.recovery_point_lowered
                for p in self._partitions.values()):
             await asyncio.to_thread(self.log_manager.flush_due, now)
 
@@ -524,6 +530,9 @@ class ReplicaManager:
         """The purgatory's change count: it moves with every append, HW move, truncation,
         log start move and role change on any partition."""
         return self.purgatory.changes
+
+    def changed_since(self, count: int) -> set[Any] | None:
+        return self.purgatory.changed_since(count)
 
     def on_follower_truncated(self, part: Partition) -> None:
         self.purgatory.on_state_change(part.key)
@@ -727,14 +736,15 @@ class ReplicaManager:
         op = DelayedFetch(watched if watched is not None else [(t, p["partition"]) for t, p in requests],
                           body["min_bytes"] - total, follower=replica_id >= 0)
         self.purgatory.watch(op)
-        # Nothing moved on any partition while they were read: what moves from now on is in op.changed.
-        complete_since_read = self.purgatory.changes == changes_before
+        # What moved while they were read (None: more than the change log holds, or unknown); what
+        # moves from now on is in op.changed.
+        during_read = self.purgatory.changed_since(changes_before)
         try:
             await op.wait(body["max_wait_ms"])
         finally:
             self.purgatory.close(op)
         if stamps is not None:
-            changed = op.changed if complete_since_read else None
+            changed = None if during_read is None or op.changed is None else op.changed | during_read
             if watched is not None and session is not None and (changed is None or changed):
                 self._readmit_quiet(session, requests, results, stamps, changed, moved)
             if changed is None or changed:
@@ -750,9 +760,13 @@ class ReplicaManager:
         whose state moved since their stamps were known to hold, `quiet_at`) would read as
         then, so only the follower-fetch rule is applied to each (`on_follower_refetch`: its
         fetch keeps it caught up, I3/L1) and they are left out of the read and the response
-        (KS4: nothing to tell). False when some core needs the full rule: the caller then
-        reads them all."""
+        (KS4: nothing to tell). Done at most every `quiet_refresh_ms` with the same broker
+        epoch (KS3): in between, True without asking the cores. False when some core needs the
+        full rule: the caller then reads them all."""
         replica, broker_epoch = body["replica_id"], body["broker_epoch"]
+        last, epoch = session.quiet_refreshed
+        if epoch == broker_epoch and 0 <= now - last < self.quiet_refresh_ms:
+            return True
         parts = session.partitions
         for key, q in session.quiet.items():
             if key in moved:
@@ -761,6 +775,7 @@ class ReplicaManager:
             if not q[2].on_follower_refetch(replica, p["fetch_offset"], now, broker_epoch=broker_epoch,
                                             log_start_offset=p["log_start_offset"]):
                 return False
+        session.quiet_refreshed = (now, broker_epoch)
         return True
 
     @staticmethod
@@ -770,9 +785,10 @@ class ReplicaManager:
         """After a park that left the quiet partitions out (all but those in `moved`, read
         already): those that moved while it waited (all, when the purgatory did not see every
         move) rejoin the request with their quiet stamp and result, for `_reread_changed`."""
-        parts = session.partitions
-        for key, (stamp, r, _core) in session.quiet.items():
-            if key not in moved and (changed is None or key in changed):
+        parts, quiet = session.partitions, session.quiet
+        for key in quiet if changed is None else sorted(k for k in changed if k in quiet):
+            if key not in moved:
+                stamp, r, _core = quiet[key]
                 requests.append(parts[key])
                 results.append(r)
                 stamps.append(stamp)

@@ -19,13 +19,17 @@ fsynced per write. `needs_flush(now_ms)` says when `flush.messages`,
 only when a flush completes. With `flush_on_acks_all`, the broker calls
 `flush(last_offset + 1)` before answering an acks=all produce.
 
-Leader-epoch checkpoint: Kafka writes it synchronously on every new entry.
-Here a new entry only marks the cache dirty, and it is written (atomically,
-with fsync) by `persist_epoch_cache()` or by the next `flush()` *before* that
-flush moves the recovery point. So the file always holds every entry below
-the recovery point; entries above it are rebuilt from the batches on
-recovery. The one thing a crash can lose is an election-time entry with no
-data after it, which Kafka's truncation rules make harmless.
+Leader-epoch checkpoint: Kafka writes it on every new entry (since KAFKA-15046
+without an fsync on the produce path, which its log flush does). Here a new
+entry only marks the cache dirty, and it is written (atomically, with fsync)
+by `persist_epoch_cache()` or by the next `flush()` *before* that flush moves
+the recovery point. So the file always holds every entry below the recovery
+point; entries above it are rebuilt from the batches on recovery. The one
+thing a crash can lose is an election-time entry with no data after it, which
+Kafka's truncation rules make harmless. `epoch_checkpoint_due` says when the
+periodic flusher should write it sooner: for every change but entries that
+came with appended batches (a follower's first batch of each epoch costs no
+checkpoint write until the next flush).
 
 Events (`kind`, reason): `truncation` (extra `side`: "end" for truncate_to,
 "epochs" for a truncate_to at or above the LEO that only dropped epoch entries,
@@ -107,10 +111,15 @@ class PartitionLog:
         self._recovery_point = loaded.recovery_point
         self.epoch_cache: LeaderEpochCache = loaded.epoch_cache
         self._epoch_file = LeaderEpochCheckpointFile(os.path.join(directory, LEADER_EPOCH_FILE))
-        # Invariant: the cache version last written to the epoch checkpoint.
+        # Invariant: the cache version last written to the epoch checkpoint (no file reads as no entries).
         self._epoch_persisted_version = (self.epoch_cache.version
                                          if loaded.epoch_file_entries == self.epoch_cache.entries
-                                         and os.path.exists(self._epoch_file.path) else -1)
+                                         and (os.path.exists(self._epoch_file.path) or not loaded.epoch_file_entries)
+                                         else -1)
+        # Invariant: a cache version reached from the persisted one by entries of appended batches only
+        # (-1: none). Those entries start above the recovery point and a recovery rebuilds them from the
+        # batches, so the checkpoint need not be written for them before the next flush.
+        self._epoch_rebuildable_version = -1
         self._truncations = 0
         # True when a truncation lowered the recovery point since the
         # LogManager last checkpointed it (it rewrites the file promptly).
@@ -177,6 +186,18 @@ class PartitionLog:
     def epoch_cache_dirty(self) -> bool:
         return self.epoch_cache.version != self._epoch_persisted_version
 
+    @property
+    def epoch_checkpoint_due(self) -> bool:
+        """The cache differs from the checkpoint by more than entries a recovery would rebuild from
+        the batches (an election's entry, a truncation): write it now, not only at the next flush."""
+        version = self.epoch_cache.version
+        return version != self._epoch_persisted_version and version != self._epoch_rebuildable_version
+
+    def _assigned_from_batches(self, before: int) -> None:
+        """After the cache went from version `before` to now by entries of batches just appended."""
+        if before == self._epoch_persisted_version or before == self._epoch_rebuildable_version:
+            self._epoch_rebuildable_version = self.epoch_cache.version
+
     def _emit(self, kind: str, before: object, after: object, reason: str, **extra: object) -> None:
         self._sink(Event(kind, self._clock(), self.name, before, after, reason, extra))
 
@@ -228,7 +249,9 @@ class PartitionLog:
             chunks, next_offset = stamp_chunks(batches, info.batches, base, leader_epoch)
             self._maybe_roll_locked(info.size, next_offset - 1, now_ms)
             if latest != leader_epoch:
-                self.epoch_cache.assign(leader_epoch, base)
+                before = self.epoch_cache.version
+                if self.epoch_cache.assign(leader_epoch, base):
+                    self._assigned_from_batches(before)
             appended = []
             offset = base
             for h in info.batches:
@@ -250,7 +273,9 @@ class PartitionLog:
             last = base + lod
             self._maybe_roll_locked(size, last, now_ms)
             if latest != leader_epoch:
-                self.epoch_cache.assign(leader_epoch, base)
+                before = self.epoch_cache.version
+                if self.epoch_cache.assign(leader_epoch, base):
+                    self._assigned_from_batches(before)
             self._segments[-1].append([stamp_prefix(base, size, leader_epoch), memoryview(batch)[16:]],
                                       [(0, size, last, max_ts)], last + 1, size)
         return AppendResult(base, last)
@@ -303,8 +328,11 @@ class PartitionLog:
             if self.log_end_offset != leo:
                 raise UnexpectedAppendOffset(self.log_end_offset, leo)
             self._maybe_roll_locked(len(batches), expected - 1, now_ms)
+            before = self.epoch_cache.version
             for h in headers:
                 self.epoch_cache.assign(h.leader_epoch, h.base_offset)
+            if self.epoch_cache.version != before:
+                self._assigned_from_batches(before)
             self._segments[-1].append(batches, appended, expected)
         return expected - 1
 

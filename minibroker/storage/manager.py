@@ -187,7 +187,8 @@ class LogManager:
 
     def flush_due(self, now_ms: int | None = None) -> list[TopicPartition]:
         """The flusher task's body (blocking): flush every log whose policy
-        asks for it, persist dirty epoch caches, and rewrite the offset
+        asks for it, persist epoch caches whose checkpoint is due (every
+        change but entries of appended batches, which the next flush writes), and rewrite the offset
         checkpoints if a truncation lowered a recovery point (so a crash
         cannot trust unflushed bytes written after a truncation). Returns
         the partitions flushed."""
@@ -200,7 +201,7 @@ class LogManager:
             if log.needs_flush(now_ms):
                 log.flush()
                 flushed.append(tp)
-            elif log.epoch_cache_dirty:
+            elif log.epoch_checkpoint_due:
                 log.persist_epoch_cache()
         return flushed
 

@@ -76,6 +76,9 @@ class Hooks:
     def state_changes(self) -> int:
         return self.changes
 
+    def changed_since(self, count: int) -> set | None:
+        return None                 # no change log: every build past an idle one looks at every partition
+
 
 def follower(tmp_path, batches: list[tuple[int, int]] = (), events: list[Event] | None = None) -> Partition:
     sink = events.append if events is not None else (lambda e: None)
@@ -318,3 +321,103 @@ async def test_an_idle_session_reuses_its_entries_and_a_change_count_move_rebuil
                             for p in t["partitions"]))
     await fm.shutdown()
     assert part.leo == 1
+
+
+class LoggedHooks(Hooks):
+    """Hooks with the replica manager's change log: the partitions changed since a count."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log: list[tuple[str, int]] = []
+
+    def state_changes(self) -> int:
+        return len(self.log)
+
+    def changed_since(self, count: int) -> set | None:
+        return set(self.log[count:]) if 0 <= count <= len(self.log) else None
+
+    def on_follower_progress(self, part: Partition, old_hw: int, appended: int) -> None:
+        super().on_follower_progress(part, old_hw, appended)
+        self.log.append(part.key)
+
+
+def followers(tmp_path, n: int) -> list[Partition]:
+    parts = []
+    for i in range(n):
+        lg = PartitionLog(os.path.join(tmp_path, f"t-{i}"), LogConfig())
+        p = Partition("t", i, node_id=2, log=lg, hw=0, sink=lambda e: None)
+        p.make_follower(PartitionRecord("t", i, (1, 2), (1, 2), 1, 5, 0), 0)
+        parts.append(p)
+    return parts
+
+
+def named(body: dict) -> dict[int, int]:
+    return {p["partition"]: p["fetch_offset"] for t in body["topics"] for p in t["partitions"]}
+
+
+async def test_a_session_fetch_after_an_append_looks_only_at_the_partitions_that_moved(tmp_path, events, monkeypatch):
+    """With the same partitions ready, a build rebuilds only the entries of partitions the change
+    log or the last answer names: a follower of many partitions does not look at every one per Fetch."""
+    parts = followers(tmp_path, 4)
+    batch = stamp(build_batch([b"a"]), 0, 5)
+    hooks = LoggedHooks()
+    pending: dict[int, bytes] = {}
+    idle = asyncio.Event()
+
+    def answer(api: int, body: dict) -> dict:
+        if body["session_epoch"] == 0:
+            return {"error": 0, "session_id": 7, "topics": [{"topic": "t", "partitions": [
+                answer_partition(partition=i)["topics"][0]["partitions"][0] for i in range(4)]}]}
+        if not pending:
+            idle.set()
+            return {"error": 0, "session_id": 7, "topics": []}
+        i, records = pending.popitem()
+        resp = answer_partition(partition=i, records=records, high_watermark=1)
+        return {**resp, "session_id": 7}
+
+    conn = ScriptedLeader(answer)
+    fm = manager(conn, hooks, events)
+    for p in parts:
+        fm.add(p, 1, 5)
+    await until(idle.is_set)
+    fetcher = fm._fetchers[1]
+    looked: list[tuple[str, int]] = []
+    entry = fetcher._entry
+    monkeypatch.setattr(fetcher, "_entry", lambda st: looked.append(st.partition.key) or entry(st))
+    n = len(conn.fetches())
+    idle.clear()
+    pending[2] = batch
+    await until(lambda: any(named(b).get(2) == 1 for b in conn.fetches()[n:]))
+    await until(idle.is_set)
+    await fm.shutdown()
+    after = conn.fetches()[n:]
+    assert [named(b) for b in after if b["topics"]] == [{2: 1}]
+    assert set(looked) == {("t", 2)}, "only the partition that moved was looked at"
+    assert parts[2].leo == 1 and all(p.leo == 0 for i, p in enumerate(parts) if i != 2)
+
+
+async def test_a_partition_backing_off_leaves_the_fetch_and_returns_when_its_back_off_ends(tmp_path, events):
+    now = [0]
+    parts = followers(tmp_path, 3)
+    failing = {1}
+
+    def answer(api: int, body: dict) -> dict:
+        out = []
+        for t in body["topics"]:
+            for p in t["partitions"]:
+                code = ErrorCode.UNKNOWN_LEADER_EPOCH if p["partition"] in failing else ErrorCode.NONE
+                out.append(answer_partition(partition=p["partition"], error=int(code))["topics"][0]["partitions"][0])
+        return {"error": 0, "topics": [{"topic": "t", "partitions": out}] if out else []}
+
+    conn = ScriptedLeader(answer)
+    fm = manager(conn, Hooks(), events, clock=lambda: now[0])
+    sts = [fm.add(p, 1, 5) for p in parts]
+    await until(lambda: sts[1].backoff_until_ms == 60_000)
+    n = len(conn.fetches())
+    await until(lambda: len(conn.fetches()) > n + 2)
+    assert all(set(named(b)) == {0, 2} for b in conn.fetches()[n + 1:]), "the backed-off partition is left out"
+    failing.clear()
+    now[0] = 60_000
+    m = len(conn.fetches())
+    await until(lambda: any(1 in named(b) for b in conn.fetches()[m:]))
+    await fm.shutdown()

@@ -516,3 +516,42 @@ async def test_acks_all_is_not_acknowledged_when_leadership_moves_while_the_prod
     assert parts[0]["error"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert all(parts[p]["error"] == 0 for p in range(1, n))
     assert broker.part(0).role == "follower"
+
+
+async def test_quiet_partitions_get_the_follower_fetch_rule_at_most_every_quiet_refresh_ms(broker):
+    """KS3 simplified: an incremental Fetch refreshes the follower's fetch times on the session's
+    quiet partitions only when the last refresh is quiet_refresh_ms old, not on every Fetch."""
+    broker.setup(replicas=(1, 2), partitions=3)
+    sid = (await session_fetch(broker, [{"partition": p, "fetch_offset": 0} for p in range(3)], 0, 0))["session_id"]
+    await session_fetch(broker, [], sid, 1)
+    interval = broker.rm.quiet_refresh_ms
+    assert 0 < interval <= broker.rm.lag_max_ms // 20
+    broker.now += 5_000
+    await session_fetch(broker, [], sid, 2)
+    refreshed = broker.now
+    broker.now += interval - 1
+    await session_fetch(broker, [], sid, 3)
+    assert {broker.part(p).core.followers[2].last_fetch_ms for p in range(3)} == {refreshed}
+    broker.now += 1
+    await session_fetch(broker, [], sid, 4)
+    assert {broker.part(p).core.followers[2].last_caught_up_ms for p in range(3)} == {broker.now}
+
+
+async def test_a_parked_session_fetch_whose_own_read_moved_a_hw_rereads_only_what_moved(broker, monkeypatch):
+    """The Fetch that acknowledges a write moves that partition's HW while it is read: the wake-up
+    after it parks re-reads that partition and the one written, not every quiet partition."""
+    broker.setup(replicas=(1, 2), partitions=3)
+    await broker.produce([b"x"], partition=0)
+    sid = (await session_fetch(broker, [{"partition": p, "fetch_offset": 0} for p in range(3)], 0, 0))["session_id"]
+    await session_fetch(broker, [], sid, 1)
+    reads: list[tuple[str, int]] = []
+    stamp = broker.rm._read_stamp
+    monkeypatch.setattr(broker.rm, "_read_stamp", lambda t, i: reads.append((t, i)) or stamp(t, i))
+    parked = asyncio.ensure_future(session_fetch(broker, [{"partition": 0, "fetch_offset": 1}], sid, 2,
+                                                 max_wait_ms=30_000))
+    await until(lambda: broker.rm.purgatory.watching((T, 2)), "the session fetch to park")
+    assert broker.part(0).hw == 1
+    reads.clear()
+    await broker.produce([b"y"], partition=2)
+    got = {e["partition"] for e in entries(await asyncio.wait_for(parked, 10))}
+    assert 2 in got and (T, 1) not in reads

@@ -602,3 +602,29 @@ def test_only_the_active_segment_and_the_last_read_inactive_one_hold_open_files(
     assert sum(s.holds_fds for s in reopened._segments) == 0      # nothing open until used
     assert reopened.log_end_offset == 12
     reopened.close()
+
+
+def test_epoch_entries_of_appended_batches_wait_for_the_flush_and_a_crash_rebuilds_them(tmp_path):
+    """A follower's first batch of each epoch needs no checkpoint write of its own (it is above the
+    recovery point, and recovery rebuilds it from the batch); an election's entry or a truncation does."""
+    path = tmp_path / "orders-0" / "leader-epoch-checkpoint"
+    log = open_log(tmp_path)
+    write_batches(log, [(2, 3), (2, 4)])
+    assert log.epoch_cache_dirty and not log.epoch_checkpoint_due
+    abandon(log)                                             # a crash before any flush
+    log = open_log(tmp_path)
+    assert log.epoch_cache.entries == [(3, 0), (4, 2)]
+    assert log.epoch_checkpoint_due                          # rebuilt by the recovery, not yet in the file
+    asyncio.run(asyncio.to_thread(log.persist_epoch_cache))
+    write_batches(log, [(1, 6)])
+    assert log.epoch_cache_dirty and not log.epoch_checkpoint_due
+    asyncio.run(asyncio.to_thread(log.flush))
+    assert not log.epoch_cache_dirty and path.read_text() == "0\n3\n3 0\n4 2\n6 4\n"
+    log.truncate_to(2)                                       # drops entries 4:2 and 6:4 from the cache
+    assert log.epoch_checkpoint_due
+    asyncio.run(asyncio.to_thread(log.persist_epoch_cache))
+    assert path.read_text() == "0\n1\n3 0\n"
+    write_batches(log, [(1, 7)])
+    assert not log.epoch_checkpoint_due
+    log.assign_leader_epoch(8)                               # an election's entry: no batch to rebuild it from
+    assert log.epoch_checkpoint_due

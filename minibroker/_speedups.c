@@ -30,7 +30,16 @@
  *     RecordFuture (one per record sent), so that making one is a C
  *     allocation and not a Python __init__ call.
  *
- * wall_ms and murmur2 are stateless and allocate only their result.
+ * msgpack_objects(data, limit) -> int
+ *     How many msgpack objects the one object encoded at the start of `data`
+ *     holds (itself, and every element, key and value inside it), counted
+ *     until the count passes `limit`: the count, limit + 1 when there are
+ *     more, or -1 when `data` does not start with a complete object. Strings,
+ *     binaries and extensions are skipped by their length, so a request of a
+ *     few large batches costs a few steps however many bytes it has
+ *     (minibroker.protocol.framing.msgpack_objects_py).
+ *
+ * wall_ms, murmur2 and msgpack_objects are stateless and allocate only their result.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -467,11 +476,108 @@ static PyTypeObject RecordRefType = {
     .tp_new = ref_new,
 };
 
+/* ---------------------------------------------------------------- msgpack_objects */
+
+static int be_len(const unsigned char *p, int n, Py_ssize_t *out)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = (v << 8) | p[i];
+    if (v > (uint64_t)PY_SSIZE_T_MAX)
+        return -1;
+    *out = (Py_ssize_t)v;
+    return 0;
+}
+
+static PyObject *msgpack_objects(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "msgpack_objects(data, limit)");
+        return NULL;
+    }
+    Py_ssize_t limit = PyLong_AsSsize_t(args[1]);
+    if (limit == -1 && PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) != 0)
+        return NULL;
+    const unsigned char *p = (const unsigned char *)view.buf;
+    const Py_ssize_t n = view.len;
+    Py_ssize_t pos = 0, count = 0, pending = 1;     /* objects still to read */
+    while (pending > 0) {
+        if (count > limit)
+            break;
+        if (pos >= n)
+            goto incomplete;
+        const unsigned char b = p[pos++];
+        Py_ssize_t skip = 0, items = 0, len = 0;
+        int width = 0;
+        pending--;
+        count++;
+        if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
+            skip = 0;
+        } else if (b <= 0x8f) {
+            items = 2 * (Py_ssize_t)(b & 0x0f);
+        } else if (b <= 0x9f) {
+            items = b & 0x0f;
+        } else if (b <= 0xbf) {
+            skip = b & 0x1f;
+        } else {
+            switch (b) {
+            case 0xc4: case 0xd9: width = 1; break;               /* bin 8, str 8 */
+            case 0xc5: case 0xda: width = 2; break;
+            case 0xc6: case 0xdb: width = 4; break;
+            case 0xc7: width = 1; skip = 1; break;                /* ext 8/16/32: length, type */
+            case 0xc8: width = 2; skip = 1; break;
+            case 0xc9: width = 4; skip = 1; break;
+            case 0xca: skip = 4; break;
+            case 0xcb: skip = 8; break;
+            case 0xcc: case 0xd0: skip = 1; break;
+            case 0xcd: case 0xd1: skip = 2; break;
+            case 0xce: case 0xd2: skip = 4; break;
+            case 0xcf: case 0xd3: skip = 8; break;
+            case 0xd4: skip = 2; break;                           /* fixext: type + data */
+            case 0xd5: skip = 3; break;
+            case 0xd6: skip = 5; break;
+            case 0xd7: skip = 9; break;
+            case 0xd8: skip = 17; break;
+            case 0xdc: case 0xde: width = 2; break;               /* array 16, map 16 */
+            case 0xdd: case 0xdf: width = 4; break;
+            default: goto incomplete;                             /* 0xc1: never used */
+            }
+            if (width) {
+                if (n - pos < width || be_len(p + pos, width, &len) < 0)
+                    goto incomplete;
+                pos += width;
+                if (b == 0xdc || b == 0xdd)
+                    items = len;
+                else if (b == 0xde || b == 0xdf)
+                    items = 2 * len;
+                else
+                    skip += len;
+            }
+        }
+        if (skip > n - pos)
+            goto incomplete;
+        pos += skip;
+        if (items > n - pos)                       /* each element takes a byte at least */
+            goto incomplete;
+        pending += items;
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(count > limit ? limit + 1 : count);
+incomplete:
+    PyBuffer_Release(&view);
+    return PyLong_FromLong(-1);
+}
+
 /* ---------------------------------------------------------------- module */
 
 static PyMethodDef methods[] = {
     {"wall_ms", wall_ms, METH_NOARGS, "Wall-clock milliseconds since the epoch."},
     {"murmur2", murmur2, METH_O, "Kafka's murmur2 hash of a bytes-like object (signed 32-bit)."},
+    {"msgpack_objects", (PyCFunction)(void (*)(void))msgpack_objects, METH_FASTCALL,
+     "The msgpack objects in the object at the start of data, up to limit + 1 (-1: incomplete)."},
     {NULL, NULL, 0, NULL},
 };
 

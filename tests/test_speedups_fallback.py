@@ -20,6 +20,9 @@ b.append(0, 5, b"k", b"v", [("h", b"1")])
 assert (rec.key, rec.value, rec.timestamp) == (b"k", b"v", 5)
 f = RecordFuture("batch", 3)
 assert (f._batch, f._index) == ("batch", 3)
+from minibroker.protocol import framing
+assert framing.msgpack_objects is framing.msgpack_objects_py
+assert framing.decodes_inline(b"\x92" + b"\xc4\xff" + b"x" * 255 + b"\xc6\x00\x02\x00\x00" + b"y" * 131072)
 print("ok")
 """
 

@@ -70,6 +70,8 @@ class FetchSession:
     # The driver's mark (opaque here) of the last Fetch that applied the follower-fetch rule to every
     # quiet partition.
     quiet_refreshed: tuple[int, int] = (-1, -1)
+    # Counts the changes to the set of `partitions` (one added or forgotten).
+    generation: int = 0
 
     def must_respond(self, key: PartitionKey, error: int, high_watermark: int, log_start_offset: int,
                      has_records: bool, diverging: bool) -> bool:
@@ -148,11 +150,14 @@ class FetchSessionCache:
         for t in forgotten or ():
             for index in t["partitions"]:
                 key = (t["topic"], index)
-                s.partitions.pop(key, None)
+                if s.partitions.pop(key, None) is not None:
+                    s.generation += 1
                 s.told.pop(key, None)
                 s.quiet.pop(key, None)
         for topic, p in requests:
             key = (topic, p["partition"])
+            if key not in s.partitions:
+                s.generation += 1
             s.partitions[key] = (topic, p)
             s.told.pop(key, None)      # a partition the follower names is answered: its position changed
             s.quiet.pop(key, None)     # and read

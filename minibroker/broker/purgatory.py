@@ -21,7 +21,7 @@ import asyncio
 import itertools
 from collections import deque
 from typing import Any
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 
 from minibroker.errors import ErrorCode
 
@@ -110,6 +110,7 @@ class DelayedFetch:
     """
 
     __slots__ = ("future", "needed", "accumulated", "follower", "keys", "changed")
+    active = True                   # parked for as long as it is watched
 
     def __init__(self, keys: list[PartitionKey], needed: int, follower: bool) -> None:
         self.future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -145,6 +146,42 @@ class DelayedFetch:
             timer.cancel()
 
 
+class StandingWatch:
+    """A replica fetch session's watch on every partition of the session, registered once and
+    kept between its Fetches, so parking one costs nothing per partition: each notification goes
+    to the Fetch parked on it now (`op`), and is dropped while none is.
+
+    Invariant: registered in the purgatory on exactly `keys`; `op`, when set, has no keys of its own."""
+
+    __slots__ = ("keys", "op")
+    follower = True
+
+    def __init__(self) -> None:
+        self.keys: frozenset[Hashable] = frozenset()
+        self.op: DelayedFetch | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.op is not None
+
+    @property
+    def changed(self) -> set[PartitionKey] | None:
+        return self.op.changed if self.op is not None else None
+
+    @changed.setter
+    def changed(self, value: set[PartitionKey] | None) -> None:
+        if self.op is not None:
+            self.op.changed = value
+
+    def add_bytes(self, n: int | None) -> None:
+        if self.op is not None:
+            self.op.add_bytes(n)
+
+    def complete(self) -> None:
+        if self.op is not None:
+            self.op.complete()
+
+
 class FetchPurgatory:
     """Parked fetches by partition.
 
@@ -153,7 +190,8 @@ class FetchPurgatory:
     """
 
     def __init__(self) -> None:
-        self._by_key: dict[Hashable, dict[DelayedFetch, None]] = {}   # ordered: ops wake in park order
+        # Ordered: ops wake in park order (a standing watch where it was registered).
+        self._by_key: dict[Hashable, dict[DelayedFetch | StandingWatch, None]] = {}
         # Invariant: counts every notification and `touched()`, for watched keys or not: a reader that
         # sees it unchanged across a stretch knows no partition's readable state moved in it.
         self.changes = 0
@@ -182,14 +220,33 @@ class FetchPurgatory:
         self._changed(key)
 
     def __len__(self) -> int:
-        return len({id(op) for ops in self._by_key.values() for op in ops})
+        """The parked fetches."""
+        return len({id(op) for ops in self._by_key.values() for op in ops if op.active})
 
-    def watch(self, op: DelayedFetch) -> None:
+    def watch(self, op: DelayedFetch, standing: StandingWatch | None = None) -> None:
+        """Park `op` on its keys, or on `standing`'s when given and free (then `op` has no keys)."""
+        if standing is not None and standing.op is None and not op.keys:
+            standing.op = op
+            return
         for k in op.keys:
             self._by_key.setdefault(k, {})[op] = None
 
-    def close(self, op: DelayedFetch) -> None:
-        for k in op.keys:
+    def close(self, op: DelayedFetch, standing: StandingWatch | None = None) -> None:
+        if standing is not None and standing.op is op:
+            standing.op = None
+        self._unregister(op, op.keys)
+
+    def stand(self, watch: StandingWatch, keys: Iterable[Hashable]) -> None:
+        """Register `watch` on exactly `keys` (a session's partitions changed), or on none."""
+        new = frozenset(keys)
+        old = watch.keys
+        self._unregister(watch, old - new)
+        for k in new - old:
+            self._by_key.setdefault(k, {})[watch] = None
+        watch.keys = new
+
+    def _unregister(self, op: DelayedFetch | StandingWatch, keys: Iterable[Hashable]) -> None:
+        for k in keys:
             ops = self._by_key.get(k)
             if ops is not None:
                 ops.pop(op, None)
@@ -197,7 +254,9 @@ class FetchPurgatory:
                     del self._by_key[k]
 
     def watching(self, key: PartitionKey) -> bool:
-        return key in self._by_key
+        """Whether a parked fetch watches `key` (a notification then has somebody to tell)."""
+        ops = self._by_key.get(key)
+        return ops is not None and any(op.active for op in ops)
 
     def on_append(self, key: PartitionKey, nbytes: int | None) -> None:
         """New data at the log end of `key`: wakes follower fetches (and, on a

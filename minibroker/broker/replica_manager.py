@@ -30,7 +30,7 @@ from minibroker.clock import now_ms as wall_now_ms
 from minibroker.broker.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchSession, FetchSessionCache
 from minibroker.broker.fetcher import FetcherManager, FetcherSettings
 from minibroker.broker.partition import FOLLOWER, LEADER, NONE, Partition, ReadResult
-from minibroker.broker.purgatory import DelayedFetch, DelayedProduce, FetchPurgatory
+from minibroker.broker.purgatory import DelayedFetch, DelayedProduce, FetchPurgatory, StandingWatch
 from minibroker.config import Config, ConfigError
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.events import Event, EventSink
@@ -120,6 +120,9 @@ class ReplicaManager:
         self.hw_checkpoint_interval_ms = config.get_int("replica.high.watermark.checkpoint.interval.ms")
         self.retention_check_interval_ms = config.get_int("log.retention.check.interval.ms")
         self.purgatory = FetchPurgatory()
+        # Invariant: per follower broker, its session when last seen, that session's generation then,
+        # and its standing watch, registered on that session's partitions of that generation.
+        self._standing: dict[int, tuple[FetchSession, int, StandingWatch]] = {}
         self.fetch_sessions = FetchSessionCache(first_id=self.clock())     # ids differ across restarts
         self.fetchers = FetcherManager(settings=FetcherSettings.from_config(config, node_id), peers=peers,
                                        broker_epoch=broker_epoch, hooks=self, sink=events, clock=clock)
@@ -716,36 +719,41 @@ class ReplicaManager:
                 return {"error": int(opened.error), "message": opened.message, "session_id": INVALID_SESSION_ID,
                         "throttle_time_ms": 0, "topics": []}
             session, requests, full = opened.session, opened.requests, opened.full
-        watched: list[PartitionKey] | None = None      # set when quiet partitions are left out of `requests`
+        skipped = False                    # quiet partitions are left out of `requests`
         moved: set[Any] = set()
         changes_before = self.purgatory.changes
         if session is not None and not full and session.quiet:
             since = self.purgatory.changed_since(session.quiet_at)
             if since is not None and self._refetch_quiet(session, body, now, since):
                 moved = since
-                watched = list(session.partitions)
+                skipped = True
                 quiet = session.quiet
-                requests = [e for e in requests if (k := (e[0], e[1]["partition"])) not in quiet or k in moved]
+                requests = [e for k, e in session.partitions.items() if k not in quiet or k in moved]
         stamps: list[tuple[Any, ...] | None] | None = [] if replica_id >= 0 else None
         results, total, respond_now = await self._read_all(requests, body, now, initial=True, stamps=stamps,
                                                            session=session if not full else None)
-        if (respond_now or body["max_wait_ms"] <= 0 or not (requests or watched) or total >= body["min_bytes"]):
+        if (respond_now or body["max_wait_ms"] <= 0 or not (requests or skipped) or total >= body["min_bytes"]):
             if session is not None and stamps is not None:
                 self._remember_quiet(session, requests, results, stamps, changes_before)
             return self._fetch_response(requests, results, session, full)
-        op = DelayedFetch(watched if watched is not None else [(t, p["partition"]) for t, p in requests],
-                          body["min_bytes"] - total, follower=replica_id >= 0)
-        self.purgatory.watch(op)
+        standing = self._standing_watch(session) if session is not None else None
+        if standing is not None and standing.op is None:       # the session's partitions, watched already
+            op = DelayedFetch([], body["min_bytes"] - total, follower=True)
+        else:
+            op = DelayedFetch(list(session.partitions) if skipped and session is not None
+                              else [(t, p["partition"]) for t, p in requests],
+                              body["min_bytes"] - total, follower=replica_id >= 0)
+        self.purgatory.watch(op, standing)
         # What moved while they were read (None: more than the change log holds, or unknown); what
         # moves from now on is in op.changed.
         during_read = self.purgatory.changed_since(changes_before)
         try:
             await op.wait(body["max_wait_ms"])
         finally:
-            self.purgatory.close(op)
+            self.purgatory.close(op, standing)
         if stamps is not None:
             changed = None if during_read is None or op.changed is None else op.changed | during_read
-            if watched is not None and session is not None and (changed is None or changed):
+            if skipped and session is not None and (changed is None or changed):
                 self._readmit_quiet(session, requests, results, stamps, changed, moved)
             if changed is None or changed:
                 await self._reread_changed(requests, body, results, stamps, self.clock(), changed)
@@ -754,6 +762,17 @@ class ReplicaManager:
         else:
             results, _, _ = await self._read_all(requests, body, self.clock(), initial=False)
         return self._fetch_response(requests, results, session, full)
+
+    def _standing_watch(self, session: FetchSession) -> StandingWatch:
+        """The follower's standing watch, registered on its session's partitions as they are now
+        (re-registered only when the session or its set of partitions changed)."""
+        entry = self._standing.get(session.replica_id)
+        if entry is not None and entry[0] is session and entry[1] == session.generation:
+            return entry[2]
+        watch = entry[2] if entry is not None else StandingWatch()
+        self.purgatory.stand(watch, session.partitions)
+        self._standing[session.replica_id] = (session, session.generation, watch)
+        return watch
 
     def _refetch_quiet(self, session: FetchSession, body: dict, now: int, moved: set[Any]) -> bool:
         """An incremental Fetch: the session's quiet partitions not in `moved` (the partitions

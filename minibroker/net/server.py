@@ -14,9 +14,11 @@ Bounds (issue 10): at most `max_inflight` requests per connection are read
 and not yet answered (Kafka mutes a channel with one in flight); beyond that,
 and while the transport's write buffer is above its high-water mark (the
 client is not reading its responses), the connection stops reading. Frames
-stay undecoded bytes until the window admits them, and a large frame is
-decoded and validated on a worker thread in pieces, so no request holds the
-loop. A connection must send its first complete frame within
+stay undecoded bytes until the window admits them, and a large frame of many
+objects is decoded and validated on a worker thread in pieces, so no request
+holds the loop (a large frame of few objects, as a produce request of a few
+big batches, decodes on the loop in one C call: a thread round trip would
+cost more). A connection must send its first complete frame within
 `first_frame_ms`, is closed after `idle_ms` without a request in flight or
 traffic (connections.max.idle.ms), and a failed authentication closes it
 after `failed_auth_delay_ms` (connection.failed.authentication.delay.ms).
@@ -37,8 +39,8 @@ from minibroker.net.sasl import SaslServerSession, server_credential
 from minibroker.net.scram import ScramCredential
 from minibroker.net.tcp import set_nodelay
 from minibroker.protocol.api import HEADER, REQUESTS, ApiKey
-from minibroker.protocol.framing import (CHUNK_BYTES, DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FramingError,
-                                         decode_body, decode_body_chunked, encode_frame, encode_frame_chunked,
+from minibroker.protocol.framing import (DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FramingError, decode_body,
+                                         decode_body_chunked, decodes_inline, encode_frame, encode_frame_chunked,
                                          response_entries)
 from minibroker.protocol.schema import SchemaError, validate
 
@@ -301,7 +303,7 @@ class ServerConnection(asyncio.Protocol):
             self._arm_idle()
         slot: asyncio.Future = asyncio.get_running_loop().create_future()
         self._slots.append(slot)
-        if len(body) <= CHUNK_BYTES:
+        if decodes_inline(body):
             try:
                 msg = decode_body(body)
             except FramingError as exc:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import asyncio
 
-from minibroker.broker.purgatory import DelayedFetch, DelayedProduce, FetchPurgatory
+from minibroker.broker.purgatory import DelayedFetch, DelayedProduce, FetchPurgatory, StandingWatch
 from minibroker.errors import ErrorCode
 
 K0 = ("t", 0)
@@ -143,3 +143,38 @@ def test_the_change_log_names_the_keys_changed_since_a_count_within_its_window()
     assert pg.changed_since(mid) is None and pg.changed_since(pg.changes - 1) == {("t", 3)}
     pg.complete_all()
     assert pg.changed_since(pg.changes - 1) is None and pg.changed_since(pg.changes) == set()
+
+
+async def test_a_standing_watch_tells_the_fetch_parked_on_it_and_nothing_while_none_is():
+    """A replica session's watch stays registered between its Fetches: parking one costs nothing
+    per partition, and a notification with nobody parked is only counted."""
+    pg = FetchPurgatory()
+    watch = StandingWatch()
+    pg.stand(watch, [K0, K1])
+    assert not pg.watching(K0) and len(pg) == 0
+    pg.on_append(K0, 10)                                   # nobody parked: dropped (but counted)
+    op = DelayedFetch([], 1, follower=True)
+    pg.watch(op, watch)
+    assert watch.op is op and pg.watching(K1) and len(pg) == 1
+    pg.on_hw_move(K1, 10)                                  # a follower fetch is not woken by HW moves
+    assert not op.future.done() and op.changed == {K1}
+    pg.on_append(K1, 10)
+    assert op.future.done() and op.changed == {K1}
+    pg.close(op, watch)
+    assert watch.op is None and not pg.watching(K1)
+    busy = DelayedFetch([], 1, follower=True)
+    pg.watch(busy, watch)
+    second = DelayedFetch([K0], 1, follower=True)          # the watch is taken: parks on its own keys
+    pg.watch(second, watch)
+    assert watch.op is busy
+    pg.on_state_change(K0)
+    assert busy.future.done() and second.future.done()
+    pg.close(second, watch)
+    assert watch.op is busy, "closing another fetch leaves the watch's"
+    pg.close(busy, watch)
+    pg.stand(watch, [K1])                                  # the session forgot K0
+    pg.watch(op2 := DelayedFetch([], 1, follower=True), watch)
+    pg.on_append(K0, 10)
+    assert not op2.future.done() and not pg.watching(K0)
+    pg.stand(watch, [])
+    assert not pg._by_key

@@ -11,19 +11,22 @@ from minibroker import codec
 from minibroker.client import Admin
 from minibroker.net.connection import Connection
 from minibroker.protocol.api import ApiKey
-from minibroker.protocol.framing import CHUNK_BYTES
+from minibroker.protocol.framing import CHUNK_BYTES, INLINE_OBJECTS, decodes_inline, encode_frame
 from minibroker.records import build_batch
 from minibroker.testing.fixtures import shared_cluster  # noqa: F401
 
 pytestmark = pytest.mark.cluster
 
 
-def produce_body(topic: str, batch: bytes) -> dict:
+def produce_body(topic: str, batch: bytes, filler: int = 0) -> dict:
+    """`filler` more topics (unknown ones, each answered UNKNOWN_TOPIC_OR_PARTITION) make the
+    request one of many objects, which the broker decodes off the loop."""
     return {"acks": 1, "timeout_ms": 10_000, "topics": [{"topic": topic, "partitions": [
-        {"partition": 0, "records": batch}]}]}
+        {"partition": 0, "records": batch}]}] + [{"topic": f"{topic}-filler-{i}", "partitions": [
+            {"partition": 0, "records": batch}]} for i in range(filler)]}
 
 
-async def appended_in_order(cluster, topic: str, first_batch: bytes, second_batch: bytes) -> None:
+async def appended_in_order(cluster, topic: str, first_batch: bytes, second_batch: bytes, filler: int = 0) -> None:
     """Send the two batches back to back on one connection, five times; each pair must be
     acknowledged and the first batch must land at the lower offset."""
     async with Admin(cluster.bootstrap) as admin:
@@ -32,7 +35,7 @@ async def appended_in_order(cluster, topic: str, first_batch: bytes, second_batc
     conn = await Connection.open(spec.host, spec.port)
     try:
         for _ in range(5):
-            first = asyncio.ensure_future(conn.request(ApiKey.PRODUCE, produce_body(topic, first_batch)))
+            first = asyncio.ensure_future(conn.request(ApiKey.PRODUCE, produce_body(topic, first_batch, filler)))
             second = asyncio.ensure_future(conn.request(ApiKey.PRODUCE, produce_body(topic, second_batch)))
             a, b = await asyncio.gather(first, second)
             pa, pb = a["topics"][0]["partitions"][0], b["topics"][0]["partitions"][0]
@@ -46,7 +49,15 @@ async def test_a_large_produce_is_not_overtaken_by_a_small_one_sent_after_it(sha
     big = build_batch([b"x" * 1000] * (2 * CHUNK_BYTES // 1000), timestamp_ms=1)
     small = build_batch([b"small"], timestamp_ms=1)
     assert len(big) > CHUNK_BYTES > len(small)
+    assert decodes_inline(encode_frame(produce_body("pipelined", big))[4:]), "few objects: decoded on the loop"
     await appended_in_order(shared_cluster, "pipelined", big, small)
+
+
+async def test_a_produce_decoded_off_the_loop_is_not_overtaken_by_a_small_one_sent_after_it(shared_cluster):
+    small = build_batch([b"small"], timestamp_ms=1)
+    body = encode_frame(produce_body("pipelined-many", small, filler=INLINE_OBJECTS // 8))[4:]
+    assert len(body) > CHUNK_BYTES and not decodes_inline(body), "many objects: decoded on the decoder thread"
+    await appended_in_order(shared_cluster, "pipelined-many", small, small, filler=INLINE_OBJECTS // 8)
 
 
 async def test_a_compressed_produce_is_not_overtaken_by_a_plain_one_sent_after_it(shared_cluster):

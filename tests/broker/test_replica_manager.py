@@ -555,3 +555,14 @@ async def test_a_parked_session_fetch_whose_own_read_moved_a_hw_rereads_only_wha
     await broker.produce([b"y"], partition=2)
     got = {e["partition"] for e in entries(await asyncio.wait_for(parked, 10))}
     assert 2 in got and (T, 1) not in reads
+
+
+async def test_a_new_empty_partition_gets_no_producer_snapshot_until_it_has_batches(broker):
+    """A snapshot of an empty state at the log start spares a recovery nothing: 1,000 new idle
+    partitions would cost 3,000 files with two fsyncs each on the first offset checkpoint."""
+    from minibroker.storage.producer_snapshot import read_snapshot
+    broker.setup(replicas=(1,), partitions=2)
+    await broker.produce([b"a"], partition=1)
+    await broker.rm._snapshot_producers()
+    assert read_snapshot(broker.part(0).log.directory) is None
+    assert read_snapshot(broker.part(1).log.directory)["through"] == 1

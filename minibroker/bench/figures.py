@@ -39,6 +39,8 @@ FIGURES: tuple[Figure, ...] = (
     Figure("idle_cpu_pct", "idle partitions: CPU, busiest broker", "% of a core", ".1f"),
     Figure("idle_rss_mib", "idle partitions: RSS, largest broker", "MiB", ",.0f"),
     Figure("idle_fds", "idle partitions: fds, most on a broker", "fds", ",.0f"),
+    Figure("beside_rate", "batched on one partition beside the idle ones", "records/s", ",.0f"),
+    Figure("beside_ratio", "that partition / one partition alone", "x", ".2f"),
     Figure("multi_rate", "batched over the idle partitions, sticky runs", "records/s", ",.0f"),
     Figure("multi_ratio", "those partitions / one partition", "x", ".2f"),
     Figure("rr_rate", "batched over the idle partitions, round robin", "records/s", ",.0f"),

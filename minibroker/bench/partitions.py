@@ -6,8 +6,9 @@ idleness measures each broker process: CPU as a percentage of one core
 (utime+stime from /proc/PID/stat), RSS (VmRSS) and open file descriptors. The ISR
 is stable when no ISR changed over the window: every partition's ISR reads the
 same before and after (Metadata), and the brokers' ISR shrink and expand counters
-(their metrics endpoint, read only before and after) did not move. Then the
-batched producer writes to all N partitions for the aggregate rate: once in runs of
+(their metrics endpoint, read only before and after) did not move. Then (runner.py)
+the batched producer writes to one new partition beside the N idle ones, and to all
+N partitions for the aggregate rate: once in runs of
 one full batch per partition in turn (as Kafka's sticky partitioner spreads keyless records),
 once round robin (one record per partition in turn, the worst case for batching).
 """

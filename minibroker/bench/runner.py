@@ -29,7 +29,7 @@ from minibroker.bench.e2e import end_to_end
 from minibroker.bench.failover import failover_gap, session_timeout_ms
 from minibroker.bench.figures import Stat, summarize
 from minibroker.bench.partitions import SETTLE_S, idle_partitions, produce_spread, records_per_batch
-from minibroker.bench.produce import pct, run_classic
+from minibroker.bench.produce import pct, produce_batched, run_classic
 from minibroker.client.admin import Admin
 from minibroker.errors import KafkaError
 from minibroker.testing.cluster import LocalCluster
@@ -234,6 +234,17 @@ async def _idle(opts: BenchOptions, cluster: LocalCluster, admin: Admin, topic: 
     if r.brokers:
         once.update(idle_cpu_pct=max(b.cpu_pct for b in r.brokers), idle_rss_mib=max(b.rss_mib for b in r.brokers),
                     idle_fds=max(b.fds for b in r.brokers))
+    beside = f"{topic}-beside"                           # a busy partition among the idle ones
+    await admin.create_topic(beside, 1, 3, TOPIC_CONFIGS)
+    acked, failed, secs = await produce_batched(cluster.bootstrap, beside, opts.count, opts.size, opts.producer_cfg)
+    rate = acked / secs if secs else 0.0
+    out(f"batched on one partition beside the {r.partitions:,} idle ones: {acked:,} records in {secs:.2f} s = "
+        f"{rate:,.0f} records/s; ratio to the {opts.partitions}-partition batched rate ({single_rate:,.0f}): "
+        + (f"{rate / single_rate:.2f}" if single_rate else "-") + (f" ({failed} failed)" if failed else ""))
+    once["beside_rate"] = rate
+    if single_rate:
+        once["beside_ratio"] = rate / single_rate
+    await admin.delete_topics([beside])
     run = records_per_batch(int(opts.producer_cfg.get("batch.size", 16384)), opts.size)
     count = max(opts.count, run * r.partitions)          # every partition takes at least one full batch
     for key, how, run_len, n in (("multi", f"runs of {run:,} records, one full batch each, as Kafka's sticky "

@@ -37,12 +37,34 @@ def consume(bs: str, topic: str, partitions: int, expect: int, conf: dict | None
 
 def create_topic(c: LocalCluster, name: str, partitions: int = 1, rf: int = 3,
                  configs: dict[str, str] | None = None) -> None:
-    """Create a topic through confluent-kafka's AdminClient on the Kafka listener."""
+    """Create a topic through confluent-kafka's AdminClient on the Kafka listener, then wait
+    until every broker's Metadata shows each partition with a leader: as in Kafka, CreateTopics
+    answers once the controller has the topic, and the brokers learn of it a moment later (the
+    way Kafka's own TestUtils.createTopic waits for propagation)."""
     from confluent_kafka.admin import AdminClient, NewTopic
+
+    from minibroker.testing.wait import until_sync
     admin = AdminClient({"bootstrap.servers": c.kafka_bootstrap})
     fs = admin.create_topics([NewTopic(name, partitions, rf, config=configs or {})], operation_timeout=30)
     for f in fs.values():
         f.result(timeout=60)
+    until_sync(lambda: all(_has_leaders(addr, name, partitions) for addr in c.kafka_bootstrap.split(",")),
+               f"every broker to know topic {name} with a leader for each partition", timeout_s=30)
+
+
+def _has_leaders(addr: str, topic: str, partitions: int) -> bool:
+    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+    try:
+        k = RawKafka(addr, timeout_s=5.0)
+    except OSError:
+        return True                        # a broker the test stopped: nothing to wait for there
+    with k:
+        k.send(MetadataRequest[12](topics=[MetadataRequest.MetadataRequestTopic(name=topic, topic_id=None)],
+                                   allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+        md = k.recv(MetadataResponse, 12)
+    leaders = {p.partition_index for t in md.topics if t.name == topic and not t.error_code
+               for p in t.partitions if p.leader_id >= 0 and not p.error_code}
+    return leaders == set(range(partitions))
 
 
 class RawKafka:

@@ -5,6 +5,7 @@ on SIGTERM, SIGKILL and restart, controller restart."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import functools
 import json
 import os
@@ -13,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +61,9 @@ def free_port(host: str) -> int:
     """A port below Linux's ephemeral range (32768-60999) and the compose file's (19092-19404,
     29092-31404) that binds now, never handed out twice. The kernel gives other processes'
     connections and bind(0) listeners ports from the ephemeral range only, so none can take this
-    one before the child binds it (one did, two suites running at once, with a port from bind(0))."""
+    one before the child binds it (one did, two suites running at once, with a port from bind(0)).
+    Nor can another test session on this machine: each port handed out is claimed for the session
+    by a lock on its byte of one shared file (two suites at once once drew the same port)."""
     while True:
         port = _PORTS.randrange(20000, 29000)
         if (host, port) in _HANDED_OUT:
@@ -69,8 +73,29 @@ def free_port(host: str) -> int:
                 s.bind((host, port))
             except OSError:
                 continue
+        if not _claim(port):
+            continue
         _HANDED_OUT.add((host, port))
         return port
+
+
+_CLAIMS: list[int] = []        # the lock file's fd, open for the session (closing it would drop every claim)
+
+
+def _claim(port: int) -> bool:
+    """Lock byte `port` of the machine-wide claims file; False when another session holds it.
+    POSIX record locks end with the process, so a crashed session frees its ports."""
+    if not _CLAIMS:
+        path = os.path.join(tempfile.gettempdir(), "minibroker-test-ports.lock")
+        try:
+            _CLAIMS.append(os.open(path, os.O_CREAT | os.O_RDWR, 0o666))
+        except PermissionError:                 # another user's file: claim among this user's sessions
+            _CLAIMS.append(os.open(f"{path}.{os.getuid()}", os.O_CREAT | os.O_RDWR, 0o600))
+    try:
+        fcntl.lockf(_CLAIMS[0], fcntl.LOCK_EX | fcntl.LOCK_NB, 1, port)
+    except OSError:
+        return False
+    return True
 
 
 class Process:

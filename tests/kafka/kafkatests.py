@@ -52,16 +52,26 @@ def create_topic(c: LocalCluster, name: str, partitions: int = 1, rf: int = 3,
                f"every broker to know topic {name} with a leader for each partition", timeout_s=30)
 
 
-def _has_leaders(addr: str, topic: str, partitions: int) -> bool:
+def metadata(addr: str, topic: str):
+    """One topic's Metadata (v12) from the Kafka listener at `addr`."""
+    with RawKafka(addr) as k:
+        return _metadata_on(k, topic)
+
+
+def _metadata_on(k: RawKafka, topic: str):
     from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+    k.send(MetadataRequest[12](topics=[MetadataRequest.MetadataRequestTopic(name=topic, topic_id=None)],
+                               allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    return k.recv(MetadataResponse, 12)
+
+
+def _has_leaders(addr: str, topic: str, partitions: int) -> bool:
     try:
         k = RawKafka(addr, timeout_s=5.0)
     except OSError:
         return True                        # a broker the test stopped: nothing to wait for there
     with k:
-        k.send(MetadataRequest[12](topics=[MetadataRequest.MetadataRequestTopic(name=topic, topic_id=None)],
-                                   allow_auto_topic_creation=False, include_topic_authorized_operations=False))
-        md = k.recv(MetadataResponse, 12)
+        md = _metadata_on(k, topic)
     leaders = {p.partition_index for t in md.topics if t.name == topic and not t.error_code
                for p in t.partitions if p.leader_id >= 0 and not p.error_code}
     return leaders == set(range(partitions))

@@ -19,7 +19,7 @@ from kafka.protocol.producer import (  # noqa: E402
 )
 from kafka.record.default_records import DefaultRecordBatchBuilder  # noqa: E402
 
-from kafkatests import RawKafka, create_topic  # noqa: E402
+from kafkatests import RawKafka, create_topic, metadata  # noqa: E402
 from minibroker.errors import ErrorCode  # noqa: E402
 
 pytestmark = pytest.mark.cluster
@@ -35,10 +35,7 @@ def batch(n: int, start: int = 0) -> bytes:
 
 def leader_of(c, topic: str, partition: int = 0) -> tuple[int, int, str]:
     """(leader id, leader epoch, leader's Kafka address) from Metadata on the Kafka listener."""
-    with RawKafka(c.kafka_bootstrap.split(",")[0]) as k:
-        k.send(MetadataRequest[12](topics=[MetadataRequest.MetadataRequestTopic(name=topic, topic_id=None)],
-                                   allow_auto_topic_creation=False, include_topic_authorized_operations=False))
-        md = k.recv(MetadataResponse, 12)
+    md = metadata(c.kafka_bootstrap.split(",")[0], topic)
     (t,) = md.topics
     p = next(p for p in t.partitions if p.partition_index == partition)
     b = next(b for b in md.brokers if b.node_id == p.leader_id)

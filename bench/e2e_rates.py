@@ -1,12 +1,13 @@
 """End-to-end latency at several offered rates on one local cluster (issue 13): where the
-5 ms p99 holds, and where the paced producer and consumer saturate their process.
+5 ms p99 holds, and where the paced producer or the consumer saturates its process.
 
     .venv/bin/python bench/e2e_rates.py --rates 10000,50000,100000,200000,330000 --seconds 4
 
 Each rate gets a new RF=3 topic led by broker 1 and runs `minibroker.bench.e2e.end_to_end`
 (the same measurement as `minibroker bench produce`'s end-to-end line: a paced acks=all
-producer and a consumer in this process). Prints p50 / p90 / p99 / max and the CPU this
-process and each broker used, as % of a core.
+producer in this process and a consumer in one of its own). Prints p50 / p90 / p99 / max and
+the CPU the producer, the consumer and each broker used, as % of a core. Each rate's topic is
+deleted after it, so later rates do not compete with the kernel writing earlier data back.
 """
 from __future__ import annotations
 
@@ -29,19 +30,21 @@ def pct(values: list[float], q: float) -> float:
 async def sweep(cluster: LocalCluster, rates: list[float], seconds: float, linger_ms: int) -> None:
     pids = {b: cluster.pids[f"broker-{b}"] for b in (1, 2, 3)}
     async with Admin(cluster.bootstrap) as admin:
-        for i, _ in enumerate(rates):
-            await admin.create_topic(f"e2e-{i}", -1, -1, {"min.insync.replicas": "2"}, assignments=[[1, 2, 3]])
-    for i, rate in enumerate(rates):
-        c0, p0, t0 = {b: cpu_s(p) for b, p in pids.items() if p}, time.process_time(), time.perf_counter()
-        r = await end_to_end(cluster.bootstrap, f"e2e-{i}", rate=rate, seconds=seconds, size=100, linger_ms=linger_ms)
-        wall = time.perf_counter() - t0
-        cpu = {b: 100 * (cpu_s(p) - c0[b]) / wall for b, p in pids.items() if p}
-        lat = r.latencies_ms
-        print(f"offered {rate:>9,.0f}/s achieved {r.achieved_rate:>9,.0f}/s: p50 {pct(lat, .5):7.3f} ms "
-              f"p90 {pct(lat, .9):7.3f} ms p99 {pct(lat, .99):7.3f} ms max {max(lat, default=0):7.3f} ms; "
-              f"CPU % client {100 * (time.process_time() - p0) / wall:.0f}, "
-              + ", ".join(f"broker {b} {v:.0f}" for b, v in sorted(cpu.items()))
-              + (f"; {r.failed} failed ({r.first_error})" if r.failed else ""), flush=True)
+        for i, rate in enumerate(rates):
+            topic = f"e2e-{i}"
+            await admin.create_topic(topic, -1, -1, {"min.insync.replicas": "2"}, assignments=[[1, 2, 3]])
+            c0, p0, t0 = {b: cpu_s(p) for b, p in pids.items() if p}, time.process_time(), time.perf_counter()
+            r = await end_to_end(cluster.bootstrap, topic, rate=rate, seconds=seconds, size=100, linger_ms=linger_ms)
+            wall = time.perf_counter() - t0
+            cpu = {b: 100 * (cpu_s(p) - c0[b]) / wall for b, p in pids.items() if p}
+            lat = r.latencies_ms
+            print(f"offered {rate:>9,.0f}/s achieved {r.achieved_rate:>9,.0f}/s: p50 {pct(lat, .5):7.3f} ms "
+                  f"p90 {pct(lat, .9):7.3f} ms p99 {pct(lat, .99):7.3f} ms max {max(lat, default=0):7.3f} ms; "
+                  f"CPU % producer {100 * (time.process_time() - p0) / wall:.0f}, "
+                  f"consumer {100 * r.consumer_cpu_s / wall:.0f}, "
+                  + ", ".join(f"broker {b} {v:.0f}" for b, v in sorted(cpu.items()))
+                  + (f"; {r.failed} failed ({r.first_error})" if r.failed else ""), flush=True)
+            await admin.delete_topics([topic])
 
 
 def main() -> int:

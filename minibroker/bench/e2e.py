@@ -1,16 +1,30 @@
-"""End-to-end latency: a paced acks=all producer and a consumer in the same process.
+"""End-to-end latency: a paced acks=all producer here, a consumer in a process of its own.
 
 Each record's value starts with its send time (`perf_counter_ns`, 8 bytes big-endian)
-taken just before `Producer.send`; the consumer, a second task polling the same
-partition, records for each record the time from that send to the poll that
-returned it. So a figure covers batching (linger.ms), the leader's append,
-replication to the ISR (the consumer reads up to the high watermark), the
-fetch, decoding and this process's own scheduling.
+taken just before `Producer.send`. The consumer runs in a second Python process, as
+an application reading the topic would (`python -m minibroker.bench.e2e consume`),
+so the producer's pacing and the consumer's decoding do not queue behind each other
+on one event loop and one core. `perf_counter_ns` is CLOCK_MONOTONIC on Linux, one
+clock for every process on the host, so the consumer computes each record's time
+from that send to the poll that returned it. A figure covers batching (linger.ms),
+the leader's append, replication to the ISR (the consumer reads up to the high
+watermark), the fetch, decoding and both processes' scheduling.
+
+The two processes talk over the consumer's stdin and stdout, one line each way:
+the consumer prints `ready` once its position is known; the producer writes
+`start WARM_NS` when its clock starts (records sent before WARM_NS are not counted)
+and `end OFFSET` once it has flushed (the consumer stops when it has read up to
+OFFSET, or DRAIN_S later). The consumer then writes its latencies, float64 ms in
+arrival order, to the file it was given and prints `done RECEIVED LAST_POLL_NS CPU_S`.
 """
 from __future__ import annotations
 
+import array
 import asyncio
+import os
 import struct
+import sys
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -22,6 +36,8 @@ from minibroker.errors import KafkaError
 STAMP = struct.Struct(">q")
 TICK_S = 0.001            # the pacing step: each tick sends what the rate owes by then
 WARMUP_S = 0.5            # records sent in the first half second are not counted
+DRAIN_S = 30.0            # the consumer gives up this long after the producer's last send
+READY_S = 60.0            # for the consumer process to connect and find its position
 
 
 @dataclass
@@ -34,6 +50,7 @@ class EndToEnd:
     drain_seconds: float = 0.0      # from the last send to the poll that returned the last record
     failed: int = 0                 # records the producer could not write (never to come back)
     first_error: str = ""
+    consumer_cpu_s: float = 0.0     # the consumer process's CPU time, from start to its last poll
 
     @property
     def achieved_rate(self) -> float:
@@ -43,63 +60,133 @@ class EndToEnd:
 async def end_to_end(bootstrap: str, topic: str, *, rate: float, seconds: float, size: int,
                      linger_ms: int = 1) -> EndToEnd:
     """Send `rate` records/s for `seconds` to partition 0 of `topic` (new and empty) and
-    measure each record's send-to-poll time."""
+    measure each record's send-to-poll time in a consumer process."""
     total = max(1, int(rate * seconds))
     pad = b"e" * max(0, size - STAMP.size)
-    lat: list[float] = []
-    received = 0
-    warm_ns = 0
-    last_poll = 0.0
     failed = 0
     first_error = ""
-    expected = total                # lowered by the records that failed, once the producer has flushed
-    sends_done = 0.0
+    with tempfile.TemporaryDirectory(prefix="minibroker-e2e-") as tmp:
+        out_path = os.path.join(tmp, "latencies")
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "minibroker.bench.e2e", "consume", bootstrap, topic, out_path,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            line = await asyncio.wait_for(proc.stdout.readline(), READY_S)
+            if line.strip() != b"ready":
+                raise RuntimeError(f"the consumer process did not start (said {line!r})")
+            async with Producer(bootstrap, {"acks": "all", "linger.ms": str(linger_ms), "batch.size": "262144",
+                                            "max.request.size": "4194304"}) as p:
+                await p.partitions_for(topic)
+                await p.send_and_wait(topic, STAMP.pack(0) + pad, partition=0)     # connections up
+
+                def done(batch: ProducerBatch, _base: int, err: KafkaError | None) -> None:
+                    nonlocal failed, first_error
+                    if err is not None:
+                        failed += len(batch)
+                        first_error = first_error or str(err)
+                p.on_batch_done = done
+                start = time.perf_counter()
+                warm_ns = time.perf_counter_ns() + int(min(WARMUP_S, seconds / 5) * 1e9)
+                proc.stdin.write(b"start %d\n" % warm_ns)
+                send = p.send
+                sent = 0
+                while sent < total:
+                    due = min(total, int((time.perf_counter() - start) * rate) + 1)
+                    while sent < due:
+                        await send(topic, STAMP.pack(time.perf_counter_ns()) + pad, partition=0)
+                        sent += 1
+                    await asyncio.sleep(TICK_S)
+                send_seconds = time.perf_counter() - start
+                last = await p.send_and_wait(topic, STAMP.pack(0) + pad, partition=0)    # ordered after the rest
+            proc.stdin.write(b"end %d\n" % last.offset)
+            await proc.stdin.drain()
+            line = await asyncio.wait_for(proc.stdout.readline(), DRAIN_S + READY_S)
+            words = line.split()
+            if len(words) != 4 or words[0] != b"done":
+                raise RuntimeError(f"the consumer process failed (said {line!r})")
+            received, last_poll_ns, consumer_cpu_s = int(words[1]), int(words[2]), float(words[3])
+            lat = array.array("d")
+            with open(out_path, "rb") as f:
+                lat.frombytes(f.read())
+        finally:
+            if proc.returncode is None:
+                proc.stdin.close()
+                try:
+                    await asyncio.wait_for(proc.wait(), 10)
+                except TimeoutError:
+                    proc.kill()
+                    await proc.wait()
+    drain = (last_poll_ns / 1e9 - start - send_seconds) if last_poll_ns else 0.0
+    return EndToEnd(rate, sent, send_seconds, lat.tolist(), received, max(0.0, drain), failed, first_error,
+                    consumer_cpu_s)
+
+
+async def consume(bootstrap: str, topic: str, out_path: str) -> None:
+    """The consumer process: read partition 0 of `topic` from its start until told where it ends."""
+    loop = asyncio.get_running_loop()
+    stdin = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin)
+    lat = array.array("d")
+    received = 0                    # paced records read (the two markers, stamped 0, are not)
+    last_poll_ns = 0
+    warm_ns: int | None = None
+    end: int | None = None
+    give_up = float("inf")
+
+    async def commands() -> None:
+        nonlocal warm_ns, end, give_up
+        while line := await stdin.readline():
+            word, value = line.split()
+            if word == b"start":
+                warm_ns = int(value)
+            elif word == b"end":
+                end, give_up = int(value), time.perf_counter() + DRAIN_S
+        give_up = min(give_up, time.perf_counter())           # the producer is gone
+
     async with Consumer(bootstrap, {"auto.offset.reset": "earliest", "max.poll.records": "100000",
                                     "fetch.max.wait.ms": "100"}) as c:
         await c.assign_topic(topic, [0])
         await c.position((topic, 0))
+        reader = asyncio.ensure_future(commands())
+        sys.stdout.write("ready\n")
+        sys.stdout.flush()
+        unpack = STAMP.unpack_from
+        append = lat.append
+        position = 0
+        counted = 0
+        while (end is None or position <= end) and time.perf_counter() < give_up:
+            recs = await c.poll(timeout_ms=200)
+            if not recs:
+                continue
+            now = time.perf_counter_ns()
+            warm = warm_ns if warm_ns is not None else now
+            for r in recs:
+                sent_ns = unpack(r.value)[0] if r.value else 0
+                if sent_ns >= warm:
+                    append((now - sent_ns) / 1e6)
+                elif sent_ns:
+                    received += 1
+            received += len(lat) - counted
+            counted = len(lat)
+            last_poll_ns = now
+            position = recs[-1].offset + 1
+        reader.cancel()
+        cpu_s = time.process_time()
+    with open(out_path, "wb") as f:
+        lat.tofile(f)
+    sys.stdout.write(f"done {received} {last_poll_ns} {cpu_s:.3f}\n")
+    sys.stdout.flush()
 
-        async def consume() -> None:
-            nonlocal received, last_poll
-            unpack = STAMP.unpack_from
-            while received < expected and not (sends_done and time.perf_counter() > sends_done + 30):
-                recs = await c.poll(timeout_ms=200)
-                now = time.perf_counter_ns()
-                for r in recs:
-                    sent_ns = unpack(r.value)[0] if r.value else 0
-                    if sent_ns >= warm_ns:
-                        lat.append((now - sent_ns) / 1e6)
-                received += len(recs)
-                if recs:
-                    last_poll = time.perf_counter()
 
-        async with Producer(bootstrap, {"acks": "all", "linger.ms": str(linger_ms), "batch.size": "262144",
-                                        "max.request.size": "4194304"}) as p:
-            await p.partitions_for(topic)
-            await p.send_and_wait(topic, STAMP.pack(0) + pad, partition=0)     # connections up
+def main(argv: list[str]) -> int:
+    if len(argv) != 4 or argv[0] != "consume":
+        sys.stderr.write("usage: python -m minibroker.bench.e2e consume BOOTSTRAP TOPIC OUT_PATH\n")
+        return 2
+    from minibroker.cli.common import run_async
+    run_async(consume(argv[1], argv[2], argv[3]))
+    return 0
 
-            def done(batch: ProducerBatch, _base: int, err: KafkaError | None) -> None:
-                nonlocal failed, first_error
-                if err is not None:
-                    failed += len(batch)
-                    first_error = first_error or str(err)
-            p.on_batch_done = done
-            received -= 1                                                         # that one is not counted
-            start = time.perf_counter()
-            warm_ns = time.perf_counter_ns() + int(min(WARMUP_S, seconds / 5) * 1e9)
-            reader = asyncio.ensure_future(consume())
-            send = p.send
-            sent = 0
-            while sent < total:
-                due = min(total, int((time.perf_counter() - start) * rate) + 1)
-                while sent < due:
-                    await send(topic, STAMP.pack(time.perf_counter_ns()) + pad, partition=0)
-                    sent += 1
-                await asyncio.sleep(TICK_S)
-            send_seconds = time.perf_counter() - start
-            await p.flush()
-            sends_done = time.perf_counter()
-            expected = total - failed
-        await reader
-    return EndToEnd(rate, sent, send_seconds, lat, received, max(0.0, last_poll - start - send_seconds), failed,
-                     first_error)
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

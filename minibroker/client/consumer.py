@@ -195,6 +195,9 @@ class Consumer:
             self._raise_pending()
             out = self._drain(limit)
             if out:
+                # Before handing the records out, send the next Fetch for each partition this poll
+                # drained, so it travels while the application works (KafkaConsumer.pollForFetches).
+                self._maybe_fetch(now_ms())
                 return out
             now = now_ms()
             self._maybe_reset(now)
@@ -350,6 +353,9 @@ class Consumer:
                 if st is None or tp not in sent:
                     continue
                 answered.add(tp)
+                if self.state.is_stale(tp):
+                    log.debug("%s: discarding a stale fetch answer (the position moved while it was in flight)", tp)
+                    continue
                 cl = p.get("current_leader")
                 if cl and self.net.cache.update_leader(tp, cl.get("leader_id", -1), cl.get("leader_epoch", -1)):
                     self._changed.set()

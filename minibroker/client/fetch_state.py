@@ -20,7 +20,11 @@ Rules (kafka-semantics.md FF3-FF5, Kafka's FetchCollector):
 - NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, OFFSET_NOT_AVAILABLE,
   REPLICA_NOT_AVAILABLE, KAFKA_STORAGE_ERROR, UNKNOWN_TOPIC_OR_PARTITION:
   refresh metadata and clear the preferred replica;
-- UNKNOWN_LEADER_EPOCH: retry after a back-off, nothing else.
+- UNKNOWN_LEADER_EPOCH: retry after a back-off, nothing else;
+- an answer for a position that is no longer the partition's (a seek or a
+  reset while the Fetch was in flight) is stale: it is dropped whole, data
+  and error alike, and the partition fetched again from its new position
+  (Kafka's "Discarding stale fetch response").
 Must not know sockets, record formats or the metadata cache's internals.
 """
 from __future__ import annotations
@@ -44,10 +48,12 @@ _REFRESH_AND_CLEAR = frozenset({
 
 class PartitionState:
     """Invariants: `position` is None exactly while a reset is pending;
-    `preferred_replica` is None or a broker id with `preferred_until_ms` set."""
+    `preferred_replica` is None or a broker id with `preferred_until_ms` set;
+    `fetch_offset` is the position the Fetch in flight asked for (meaningful while `in_flight`)."""
 
     __slots__ = ("position", "reset", "preferred_replica", "preferred_until_ms", "high_watermark",
-                 "log_start_offset", "last_fetched_from", "retry_at_ms", "in_flight", "preferred_unknown")
+                 "log_start_offset", "last_fetched_from", "retry_at_ms", "in_flight", "preferred_unknown",
+                 "fetch_offset")
 
     def __init__(self) -> None:
         self.position: int | None = None
@@ -59,6 +65,7 @@ class PartitionState:
         self.last_fetched_from: int | None = None
         self.retry_at_ms = 0
         self.in_flight = False
+        self.fetch_offset: int | None = None
         # Invariant: True only while `preferred_replica` is set and the metadata did not know it.
         self.preferred_unknown = False
 
@@ -159,7 +166,21 @@ class FetchState:
                  f"from leader {leader_id} meanwhile")
 
     def on_sent(self, tp: TopicPartition) -> None:
-        self._state(tp).in_flight = True
+        """A Fetch for `tp` from its current position left."""
+        st = self._state(tp)
+        st.in_flight, st.fetch_offset = True, st.position
+
+    def is_stale(self, tp: TopicPartition) -> bool:
+        """An answer for `tp` arrived: True if the partition was unassigned, or its position moved
+        (seek, reset) since the Fetch left, so the answer must be dropped; the partition becomes
+        fetchable again from its position."""
+        st = self.parts.get(tp)
+        if st is None:
+            return True
+        if st.position is None or st.position != st.fetch_offset:
+            st.in_flight = False
+            return True
+        return False
 
     # -- reacting to results --------------------------------------------------
 

@@ -152,6 +152,45 @@ async def test_consumer_seek_and_position(shared_cluster):
         assert await c.position(tp) == 0
 
 
+async def test_a_seek_while_a_fetch_is_in_flight_drops_its_answer_and_reads_from_the_new_position(shared_cluster):
+    """The Fetch long-polling at offset 10 is answered by record 10 after the seek to 3: that answer
+    is stale and must not be handed out (nor move the position past 3..9)."""
+    topic = await new_topic(shared_cluster)
+    tp = TopicPartition(topic, 0)
+    async with Producer(shared_cluster.bootstrap, {"acks": "all"}) as p:
+        for i in range(10):
+            await p.send(topic, b"%d" % i)
+        await p.flush()
+        async with Consumer(shared_cluster.bootstrap, {"fetch.max.wait.ms": 20_000}) as c:
+            c.assign([tp])
+            assert await c.position(tp) == 10
+            assert await c.poll(timeout_ms=50) == []
+            assert c.state.parts[tp].in_flight              # the long poll at 10 is parked on the leader
+            c.seek(tp, 3)
+            await p.send_and_wait(topic, b"10")             # wakes it: records from 10
+            recs = []
+            await wait_for(lambda: _poll_into(c, recs, 8), timeout_s=20, interval_s=0, what="records 3..10")
+    assert [r.offset for r in recs] == list(range(3, 11))
+
+
+async def test_a_poll_that_returns_records_has_already_sent_the_next_fetch(shared_cluster):
+    """Kafka's consumer pipelines: the Fetch for a drained partition leaves before poll() returns,
+    so it travels while the application handles the records."""
+    topic = await new_topic(shared_cluster)
+    tp = TopicPartition(topic, 0)
+    async with Producer(shared_cluster.bootstrap, {"acks": "all"}) as p:
+        await p.send_and_wait(topic, b"first")
+        async with Consumer(shared_cluster.bootstrap, {"auto.offset.reset": "earliest",
+                                                       "fetch.max.wait.ms": 20_000}) as c:
+            c.assign([tp])
+            recs = []
+            await wait_for(lambda: _poll_into(c, recs, 1), timeout_s=20, interval_s=0, what="the first record")
+            assert c.state.parts[tp].in_flight and c.state.parts[tp].fetch_offset == 1
+            await p.send_and_wait(topic, b"second")
+            await wait_for(lambda: _poll_into(c, recs, 2), timeout_s=20, interval_s=0, what="the second record")
+    assert [r.value for r in recs] == [b"first", b"second"]
+
+
 async def test_consumer_with_client_rack_reads_from_the_same_rack_follower(shared_cluster):
     # leader 1 (zone-a); the zone-b consumer is sent to broker 2 (KIP-392)
     topic = await new_topic(shared_cluster, assignments=[[1, 2, 3]])

@@ -353,7 +353,7 @@ class Consumer:
                 if st is None or tp not in sent:
                     continue
                 answered.add(tp)
-                if self.state.is_stale(tp):
+                if self.state.drop_if_stale(tp):
                     log.debug("%s: discarding a stale fetch answer (the position moved while it was in flight)", tp)
                     continue
                 cl = p.get("current_leader")

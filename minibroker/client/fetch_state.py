@@ -170,7 +170,7 @@ class FetchState:
         st = self._state(tp)
         st.in_flight, st.fetch_offset = True, st.position
 
-    def is_stale(self, tp: TopicPartition) -> bool:
+    def drop_if_stale(self, tp: TopicPartition) -> bool:
         """An answer for `tp` arrived: True if the partition was unassigned, or its position moved
         (seek, reset) since the Fetch left, so the answer must be dropped; the partition becomes
         fetchable again from its position."""

@@ -187,31 +187,31 @@ def test_reassigning_keeps_state_of_partitions_that_stay():
     assert s.position(TP) == 9 and s.position(other) is None
 
 
-def test_an_answer_for_a_position_that_moved_while_in_flight_is_stale():
+def test_an_answer_for_a_position_that_moved_while_in_flight_is_dropped_as_stale():
     s = state()
     s.seek(TP, 10)
     s.on_sent(TP)
-    assert not s.is_stale(TP) and s.fetchable(0) == []
+    assert not s.drop_if_stale(TP) and s.fetchable(0) == []
     s.on_sent(TP)
     s.seek(TP, 3)                              # a seek while the Fetch at 10 is in flight
     assert s.fetchable(0) == []                # one Fetch per partition at a time
-    assert s.is_stale(TP)
+    assert s.drop_if_stale(TP)
     assert s.position(TP) == 3 and s.fetchable(0) == [TP]
 
 
-def test_an_answer_after_a_reset_was_requested_is_stale_and_lets_the_reset_run():
+def test_an_answer_after_a_reset_was_requested_is_dropped_as_stale_and_lets_the_reset_run():
     s = state()
     s.seek(TP, 10)
     s.on_sent(TP)
     s.request_reset(TP, "earliest")
     assert s.needs_reset(0) == {}              # waits for the Fetch in flight
-    assert s.is_stale(TP)
+    assert s.drop_if_stale(TP)
     assert s.needs_reset(0) == {TP: "earliest"}
 
 
-def test_an_answer_for_an_unassigned_partition_is_stale():
+def test_an_answer_for_an_unassigned_partition_is_dropped_as_stale():
     s = state()
     s.seek(TP, 0)
     s.on_sent(TP)
     s.assign([])
-    assert s.is_stale(TP)
+    assert s.drop_if_stale(TP)

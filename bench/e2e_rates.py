@@ -6,7 +6,8 @@
 Each rate gets a new RF=3 topic led by broker 1 and runs `minibroker.bench.e2e.end_to_end`
 (the same measurement as `minibroker bench produce`'s end-to-end line: a paced acks=all
 producer in this process and a consumer in one of its own). Prints p50 / p90 / p99 / max and
-the CPU the producer, the consumer and each broker used, as % of a core. Each rate's topic is
+the CPU the producer, the consumer and each broker used, as % of a core (the consumer's over
+the sending and draining only; the others' over the whole rate, start-up included). Each rate's topic is
 deleted after it, so later rates do not compete with the kernel writing earlier data back.
 """
 from __future__ import annotations
@@ -41,7 +42,7 @@ async def sweep(cluster: LocalCluster, rates: list[float], seconds: float, linge
             print(f"offered {rate:>9,.0f}/s achieved {r.achieved_rate:>9,.0f}/s: p50 {pct(lat, .5):7.3f} ms "
                   f"p90 {pct(lat, .9):7.3f} ms p99 {pct(lat, .99):7.3f} ms max {max(lat, default=0):7.3f} ms; "
                   f"CPU % producer {100 * (time.process_time() - p0) / wall:.0f}, "
-                  f"consumer {100 * r.consumer_cpu_s / wall:.0f}, "
+                  f"consumer {100 * r.consumer_cpu_s / (r.send_seconds + r.drain_seconds):.0f}, "
                   + ", ".join(f"broker {b} {v:.0f}" for b, v in sorted(cpu.items()))
                   + (f"; {r.failed} failed ({r.first_error})" if r.failed else ""), flush=True)
             await admin.delete_topics([topic])

@@ -50,7 +50,7 @@ class EndToEnd:
     drain_seconds: float = 0.0      # from the last send to the poll that returned the last record
     failed: int = 0                 # records the producer could not write (never to come back)
     first_error: str = ""
-    consumer_cpu_s: float = 0.0     # the consumer process's CPU time, from start to its last poll
+    consumer_cpu_s: float = 0.0     # the consumer process's CPU time from the producer's start to its last poll
 
     @property
     def achieved_rate(self) -> float:
@@ -133,13 +133,14 @@ async def consume(bootstrap: str, topic: str, out_path: str) -> None:
     warm_ns: int | None = None
     end: int | None = None
     give_up = float("inf")
+    cpu_start = 0.0
 
     async def commands() -> None:
-        nonlocal warm_ns, end, give_up
+        nonlocal warm_ns, end, give_up, cpu_start
         while line := await stdin.readline():
             word, value = line.split()
             if word == b"start":
-                warm_ns = int(value)
+                warm_ns, cpu_start = int(value), time.process_time()
             elif word == b"end":
                 end, give_up = int(value), time.perf_counter() + DRAIN_S
         give_up = min(give_up, time.perf_counter())           # the producer is gone
@@ -172,7 +173,7 @@ async def consume(bootstrap: str, topic: str, out_path: str) -> None:
             last_poll_ns = now
             position = recs[-1].offset + 1
         reader.cancel()
-        cpu_s = time.process_time()
+        cpu_s = time.process_time() - cpu_start
     with open(out_path, "wb") as f:
         lat.tofile(f)
     sys.stdout.write(f"done {received} {last_poll_ns} {cpu_s:.3f}\n")

@@ -2,6 +2,7 @@
 5 ms p99 holds, and where the paced producer or the consumer saturates its process.
 
     .venv/bin/python bench/e2e_rates.py --rates 10000,50000,100000,200000,330000 --seconds 4
+    .venv/bin/python bench/e2e_rates.py --rates 100000,300000,500000 --rtt   # and the producer's round trips
 
 Each rate gets a new RF=3 topic led by broker 1 and runs `minibroker.bench.e2e.end_to_end`
 (the same measurement as `minibroker bench produce`'s end-to-end line: a paced acks=all
@@ -9,6 +10,11 @@ producer in this process and a consumer in one of its own). Prints p50 / p90 / p
 the CPU the producer, the consumer and each broker used, as % of a core (the consumer's over
 the sending and draining only; the others' over the whole rate, start-up included). Each rate's topic is
 deleted after it, so later rates do not compete with the kernel writing earlier data back.
+
+--rtt also times every Produce request of the paced producer, from the moment its batches
+are drained to its answer (the acks=all round trip: the leader's append, the followers'
+fetches, the HW move), and prints its p50 / p90 / p99 and the records per request. It does
+so by wrapping the producer's private `_send_request`: an instrument of this script only.
 """
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ import tempfile
 import time
 
 from minibroker.bench.e2e import end_to_end
+from minibroker.client.producer import Producer
 from minibroker.bench.partitions import cpu_s
 from minibroker.cli.common import run_async
 from minibroker.client.admin import Admin
@@ -28,12 +35,30 @@ def pct(values: list[float], q: float) -> float:
     return v[min(len(v) - 1, int(q * len(v)))] if v else float("nan")
 
 
-async def sweep(cluster: LocalCluster, rates: list[float], seconds: float, linger_ms: int) -> None:
+def time_requests(rtts_ms: list[float], records: list[int]) -> None:
+    """Record each Produce request's round trip (ms) and record count, for --rtt."""
+    send = Producer._send_request
+
+    async def timed(self: Producer, node: int, batches: list) -> None:
+        records.append(sum(len(b) for b in batches))
+        t0 = time.perf_counter()
+        try:
+            await send(self, node, batches)
+        finally:
+            rtts_ms.append((time.perf_counter() - t0) * 1000)
+    Producer._send_request = timed          # type: ignore[method-assign]
+
+
+async def sweep(cluster: LocalCluster, rates: list[float], seconds: float, linger_ms: int,
+                rtts_ms: list[float] | None = None, records: list[int] | None = None) -> None:
     pids = {b: cluster.pids[f"broker-{b}"] for b in (1, 2, 3)}
     async with Admin(cluster.bootstrap) as admin:
         for i, rate in enumerate(rates):
             topic = f"e2e-{i}"
             await admin.create_topic(topic, -1, -1, {"min.insync.replicas": "2"}, assignments=[[1, 2, 3]])
+            if rtts_ms is not None and records is not None:
+                rtts_ms.clear()
+                records.clear()
             c0, p0, t0 = {b: cpu_s(p) for b, p in pids.items() if p}, time.process_time(), time.perf_counter()
             r = await end_to_end(cluster.bootstrap, topic, rate=rate, seconds=seconds, size=100, linger_ms=linger_ms)
             wall = time.perf_counter() - t0
@@ -45,6 +70,10 @@ async def sweep(cluster: LocalCluster, rates: list[float], seconds: float, linge
                   f"consumer {100 * r.consumer_cpu_s / (r.send_seconds + r.drain_seconds):.0f}, "
                   + ", ".join(f"broker {b} {v:.0f}" for b, v in sorted(cpu.items()))
                   + (f"; {r.failed} failed ({r.first_error})" if r.failed else ""), flush=True)
+            if rtts_ms and records:
+                print(f"  {len(rtts_ms):,} produce requests of {sum(records) / len(records):,.0f} records on average: "
+                      f"round trip p50 {pct(rtts_ms, .5):.3f} ms, p90 {pct(rtts_ms, .9):.3f} ms, "
+                      f"p99 {pct(rtts_ms, .99):.3f} ms", flush=True)
             await admin.delete_topics([topic])
 
 
@@ -53,13 +82,18 @@ def main() -> int:
     ap.add_argument("--rates", default="10000,50000,100000,200000,330000")
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--linger-ms", type=int, default=1)
+    ap.add_argument("--rtt", action="store_true", help="also time the producer's Produce requests")
     args = ap.parse_args()
+    rtts_ms: list[float] | None = [] if args.rtt else None
+    records: list[int] | None = [] if args.rtt else None
+    if rtts_ms is not None and records is not None:
+        time_requests(rtts_ms, records)
     rates = [float(r) for r in args.rates.split(",")]
     with tempfile.TemporaryDirectory(prefix="minibroker-e2e-") as tmp:
         cluster = LocalCluster.create(tmp + "/cluster", free_ports=True, proxied=False)
         try:
             run_async(cluster.up())
-            run_async(sweep(cluster, rates, args.seconds, args.linger_ms))
+            run_async(sweep(cluster, rates, args.seconds, args.linger_ms, rtts_ms, records))
         finally:
             cluster.down(timeout_s=30)
     return 0

@@ -1,6 +1,8 @@
 """The consumer: assign / seek / poll / follow, with follower reads (KIP-392).
 
-Owns: one Fetch in flight per broker (long-polls of `fetch.max.wait.ms`),
+Owns: one Fetch in flight per broker (long-polls of `fetch.max.wait.ms`;
+a partition's next one leaves as soon as poll() has drained its buffer,
+before the records are returned, so it travels while the application works),
 the buffer of decoded records not yet handed out, position resets through
 ListOffsets, and carrying `client.rack` to the leader. Where to fetch from
 and how to react to each partition's result is decided in fetch_state.py;

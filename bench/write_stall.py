@@ -3,7 +3,7 @@
     .venv/bin/python bench/write_stall.py --seconds 60               # three files at 50 MB/s each
     .venv/bin/python bench/write_stall.py --files 3 --mb-s 50 --chunk 52000 --dir /tmp
 
-Plain file I/O, no minibroker: --files files in --dir, each appended --chunk bytes at a
+Plain file I/O (minibroker is not involved): --files files in --dir, each appended --chunk bytes at a
 time at --mb-s MB/s (paced in 1 ms ticks, as a broker's appends arrive), no fsync. Every
 5 s it prints the write() latency p50 / p99 / max of that window beside the kernel's
 Dirty and Writeback figures from /proc/meminfo. While Dirty stays below the limit a
@@ -19,6 +19,8 @@ import os
 import tempfile
 import time
 
+from minibroker.bench.produce import pct
+
 WINDOW_S = 5.0
 
 
@@ -29,10 +31,6 @@ def meminfo(*keys: str) -> str:
     except OSError:
         return ""
     return " ".join(f"{k} {rows[k].strip()}" for k in keys if k in rows)
-
-
-def pct(sorted_values: list[float], q: float) -> float:
-    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
 def main() -> int:
@@ -62,10 +60,9 @@ def main() -> int:
                     written += len(chunk)
                 time.sleep(0.001)
                 if time.perf_counter() - window_start >= WINDOW_S and window:
-                    window.sort()
                     print(f"t={time.perf_counter() - start:5.1f} s  {len(window):,} writes: "
                           f"p50 {pct(window, 0.5) * 1e6:.0f} us, p99 {pct(window, 0.99) * 1e6:.0f} us, "
-                          f"max {window[-1] * 1e3:.1f} ms  {meminfo('Dirty', 'Writeback')}", flush=True)
+                          f"max {max(window) * 1e3:.1f} ms  {meminfo('Dirty', 'Writeback')}", flush=True)
                     window, window_start = [], time.perf_counter()
         finally:
             for fd in fds:

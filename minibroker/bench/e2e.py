@@ -155,7 +155,6 @@ async def consume(bootstrap: str, topic: str, out_path: str) -> None:
         unpack = STAMP.unpack_from
         append = lat.append
         position = 0
-        counted = 0
         while (end is None or position <= end) and time.perf_counter() < give_up:
             recs = await c.poll(timeout_ms=200)
             if not recs:
@@ -164,12 +163,10 @@ async def consume(bootstrap: str, topic: str, out_path: str) -> None:
             warm = warm_ns if warm_ns is not None else now
             for r in recs:
                 sent_ns = unpack(r.value)[0] if r.value else 0
-                if sent_ns >= warm:
-                    append((now - sent_ns) / 1e6)
-                elif sent_ns:
+                if sent_ns:
                     received += 1
-            received += len(lat) - counted
-            counted = len(lat)
+                    if sent_ns >= warm:
+                        append((now - sent_ns) / 1e6)
             last_poll_ns = now
             position = recs[-1].offset + 1
         reader.cancel()

@@ -43,7 +43,16 @@ def end_offset(c, topic):
 
 def interrupt_when_records_landed(c, p, topic):
     try:
-        until_sync(lambda: p.poll() is None and end_offset(c, topic) > 0, f"records in {topic}", timeout_s=60)
+        until_sync(lambda: p.poll() is not None or end_offset(c, topic) > 0, f"records in {topic}", timeout_s=60)
+    except AssertionError as exc:
+        p.kill()
+        out, err = p.communicate(timeout=60)
+        raise AssertionError(f"{exc}\n--- stdout:\n{out.decode()}\n--- stderr:\n{err.decode()}") from None
+    if p.poll() is not None:
+        out, err = p.communicate(timeout=60)
+        raise AssertionError(f"exited with {p.returncode} before records landed in {topic}\n--- stdout:\n"
+                             f"{out.decode()}\n--- stderr:\n{err.decode()}")
+    try:
         p.send_signal(signal.SIGINT)
         return p.communicate(timeout=60)
     finally:

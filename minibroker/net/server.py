@@ -479,7 +479,7 @@ def _decode_and_validate(body: bytes) -> tuple[dict[str, Any], Any]:
     if api in _BUILTIN:
         return msg, None
     try:
-        validated = validate(msg, spec)
+        validated = validate(msg, spec, native=False)     # in Python: it hands the GIL back as it goes
     except SchemaError as exc:
         validated = exc
     header = {k: msg[k] for k in HEADER if k in msg}

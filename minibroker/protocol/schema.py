@@ -6,6 +6,14 @@ that type), or `Opt(type, default)` / `Nullable(type)`. `validate` returns a
 new dict holding only the spec's fields (unknown fields are ignored, as
 Kafka ignores tagged fields it does not know), with defaults filled in, or
 raises `SchemaError` naming the path of the first bad field.
+
+Three validators agree on every value (tests/protocol/test_schema_native.py):
+minibroker._speedups.check walks a spec compiled to nested tuples (`_node`)
+in one C call, for messages small enough to decode on the event loop; the
+Python closures of `_compile` are the fallback without the C extension and
+the validator of large messages on the decoder thread (the interpreter hands
+the GIL back between its steps); `_interpret` runs only after a failure, to
+name the bad field.
 """
 from __future__ import annotations
 
@@ -43,24 +51,68 @@ class _Fail(Exception):
     pass
 
 
-_COMPILED: dict[int, tuple[Any, Any]] = {}
+_check: Any = None
+try:
+    from minibroker._speedups import Invalid as _Invalid
+    from minibroker._speedups import check as _check
+    from minibroker._speedups import check_spec as _check_spec
+except ImportError:  # pragma: no cover - the C extension was not built
+    _Invalid = _Fail  # type: ignore[assignment,misc]
+
+# Invariant: id(spec) -> (spec, compiled Python validator, C node or None); the spec is kept so its id stays unique.
+_COMPILED: dict[int, tuple[Any, Any, Any]] = {}
 
 
-def validate(value: Any, spec: Any, path: str = "") -> Any:
+def validate(value: Any, spec: Any, path: str = "", *, native: bool = True) -> Any:
     """Validate `value` against `spec` (see the module docstring).
 
-    Runs a validator compiled once per spec; only on failure does it re-walk
-    the value with the interpreting validator to name the bad field's path.
+    Runs a validator compiled once per spec (in C with `native`, where it was
+    built); only on failure does it re-walk the value with the interpreting
+    validator to name the bad field's path. Pass native=False for a value too
+    big to validate without handing the GIL back.
     """
     entry = _COMPILED.get(id(spec))
     if entry is None or entry[0] is not spec:
-        entry = (spec, _compile(spec))
+        node = None
+        if _check is not None:
+            node = _node(spec)
+            _check_spec(node)
+        entry = (spec, _compile(spec), node)
         _COMPILED[id(spec)] = entry
     try:
+        if native and entry[2] is not None:
+            return _check(entry[2], value)
         return entry[1](value)
-    except _Fail:
+    except (_Fail, _Invalid):
         _interpret(value, spec, path)
         raise SchemaError(f"{path or 'value'}: invalid") from None
+
+
+# The node kinds of minibroker._speedups.check.
+_INT, _EXACT, _ANY, _MAP, _LIST, _DICT, _NONE_OR = range(7)
+
+
+def _node(spec: Any) -> tuple[Any, ...]:
+    """`spec` as the nested tuples minibroker._speedups.check walks; the same rules as `_compile`."""
+    if isinstance(spec, Opt):
+        inner = _node(spec.type)
+        return (_NONE_OR, inner) if spec.default is None else inner
+    if isinstance(spec, Nullable):
+        return (_NONE_OR, _node(spec.type))
+    if spec is int:
+        return (_INT,)
+    if spec in (str, bytes, bool):
+        return (_EXACT, spec)
+    if spec is Any:
+        return (_ANY,)
+    if isinstance(spec, MapOf):
+        return (_MAP, _node(spec.key), _node(spec.value))
+    if isinstance(spec, list):
+        return (_LIST, _node(spec[0]))
+    if isinstance(spec, dict):
+        return (_DICT, tuple((name, _node(ftype), not isinstance(ftype, (Opt, Nullable)),
+                              ftype.default if isinstance(ftype, Opt) else None) for name, ftype in spec.items()))
+    raise TypeError(f"bad spec: {spec!r}")
 
 
 def _compile(spec: Any) -> Any:

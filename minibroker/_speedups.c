@@ -48,7 +48,9 @@
  *     or raises `Invalid`, after which the caller walks the value again in
  *     Python to name the bad field. The recursion follows the spec, never the
  *     value, so its depth is the spec's. Used for frames small enough to
- *     decode on the event loop: it holds the GIL from start to end.
+ *     decode on the event loop: it holds the GIL from start to end. It
+ *     trusts its node: pass only nodes that check_spec(node) accepted
+ *     (schema.validate does so once per spec).
  *
  * wall_ms, murmur2, msgpack_objects and check are stateless and allocate only their result.
  */

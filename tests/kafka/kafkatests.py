@@ -52,6 +52,27 @@ def create_topic(c: LocalCluster, name: str, partitions: int = 1, rf: int = 3,
                f"every broker to know topic {name} with a leader for each partition", timeout_s=30)
 
 
+def wait_every_broker_listed(c: LocalCluster, timeout_s: float = 60) -> None:
+    """Until every broker's Metadata lists every broker: after a pause long enough to fence one, the
+    cluster is whole again only once each broker has seen it unfenced. librdkafka drops the handle of
+    a broker that a Metadata response leaves out, failing what it had in flight (_DESTROY_BROKER), so
+    a test that fenced a broker waits for this before the next test's clients start."""
+    from minibroker.testing.wait import until_sync
+    want = set(c.broker_ids)
+
+    def listed(addr: str) -> bool:
+        from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+        try:
+            with RawKafka(addr, timeout_s=2.0) as k:
+                k.send(MetadataRequest[12](topics=[], allow_auto_topic_creation=False,
+                                           include_topic_authorized_operations=False))
+                return {b.node_id for b in k.recv(MetadataResponse, 12).brokers} == want
+        except OSError:                    # not answering (yet): not whole
+            return False
+    until_sync(lambda: all(listed(addr) for addr in c.kafka_bootstrap.split(",")),
+               f"every broker's Metadata to list brokers {sorted(want)}", timeout_s=timeout_s)
+
+
 def metadata(addr: str, topic: str):
     """One topic's Metadata (v12) from the Kafka listener at `addr`."""
     with RawKafka(addr) as k:

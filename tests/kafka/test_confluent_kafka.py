@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource  # noqa: E402
 
 from minibroker.client import Admin  # noqa: E402
 from minibroker.testing.wait import until_sync  # noqa: E402
-from kafkatests import consume, create_topic  # noqa: E402
+from kafkatests import consume, create_topic, wait_every_broker_listed  # noqa: E402
 
 pytestmark = pytest.mark.cluster
 
@@ -120,6 +120,7 @@ def test_acks_all_refused_with_not_enough_replicas_below_min_isr_and_leader_leo_
         assert leader_leo(c, leader, "cf-minisr") == leo_before == 10
     finally:
         c.resume(follower)
+        wait_every_broker_listed(c)         # the pause may have fenced it: leave the shared cluster whole
 
 
 def leader_leo(c, leader: int, topic: str) -> int:

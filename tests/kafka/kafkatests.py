@@ -43,11 +43,17 @@ def create_topic(c: LocalCluster, name: str, partitions: int = 1, rf: int = 3,
     way Kafka's own TestUtils.createTopic waits for propagation)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from minibroker.testing.wait import until_sync
     admin = AdminClient({"bootstrap.servers": c.kafka_bootstrap})
     fs = admin.create_topics([NewTopic(name, partitions, rf, config=configs or {})], operation_timeout=30)
     for f in fs.values():
         f.result(timeout=60)
+    wait_for_topic(c, name, partitions)
+
+
+def wait_for_topic(c: LocalCluster, name: str, partitions: int) -> None:
+    """Until every running broker's Metadata shows `name` with a leader for each partition (after a
+    client's CreateTopics, before a test reads what it created from whichever broker a client picks)."""
+    from minibroker.testing.wait import until_sync
     until_sync(lambda: all(_has_leaders(addr, name, partitions) for addr in c.kafka_bootstrap.split(",")),
                f"every broker to know topic {name} with a leader for each partition", timeout_s=30)
 

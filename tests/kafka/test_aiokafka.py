@@ -19,10 +19,19 @@ async def test_aiokafka_admin_creates_and_describes_topics(shared_cluster):
     await admin.start()
     try:
         await admin.create_topics([NewTopic("ak-admin", 3, 3)])
-        (desc,) = await admin.describe_topics(["ak-admin"])
-        assert desc["topic"] == "ak-admin" and desc["error_code"] == 0
+        # As in Kafka, CreateTopics answers once the controller has the topic; each broker's Metadata has it
+        # a moment later, and aiokafka asks whichever broker is least loaded.
+
+        async def described():
+            (d,) = await admin.describe_topics(["ak-admin"])
+            return d if d["error_code"] == 0 else None
+
+        async def listed():
+            return "ak-admin" in await admin.list_topics()
+        desc = await until(described, "aiokafka to describe ak-admin", timeout_s=30)
+        assert desc["topic"] == "ak-admin"
         assert sorted(p["partition"] for p in desc["partitions"]) == [0, 1, 2]
-        assert "ak-admin" in await admin.list_topics()
+        await until(listed, "aiokafka to list ak-admin", timeout_s=30)
     finally:
         await admin.close()
 

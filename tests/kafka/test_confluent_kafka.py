@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource  # noqa: E402
 
 from minibroker.client import Admin  # noqa: E402
 from minibroker.testing.wait import until_sync  # noqa: E402
-from kafkatests import consume, create_topic, wait_every_broker_listed  # noqa: E402
+from kafkatests import consume, create_topic, wait_every_broker_listed, wait_for_topic  # noqa: E402
 
 pytestmark = pytest.mark.cluster
 
@@ -63,6 +63,7 @@ def test_admin_client_creates_and_describes_topics_and_configs(shared_cluster):
     from confluent_kafka.admin import NewTopic
     fs = admin.create_topics([NewTopic("cf-admin", 4, 3, config={"min.insync.replicas": "2"})])
     fs["cf-admin"].result(timeout=60)
+    wait_for_topic(c, "cf-admin", 4)             # CreateTopics answers before every broker has the topic
     dup = admin.create_topics([NewTopic("cf-admin", 4, 3)])
     with pytest.raises(confluent_kafka.KafkaException) as exc:
         dup["cf-admin"].result(timeout=60)

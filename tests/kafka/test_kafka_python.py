@@ -8,6 +8,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic  # noqa: E402
 
 from minibroker.testing.wait import until_sync  # noqa: E402
+from kafkatests import wait_for_topic  # noqa: E402
 
 
 pytestmark = pytest.mark.cluster
@@ -18,6 +19,7 @@ def test_kafka_python_admin_creates_and_describes_topics(shared_cluster):
     admin = KafkaAdminClient(bootstrap_servers=shared_cluster.kafka_bootstrap)
     try:
         admin.create_topics([NewTopic("kp-admin", 2, 3, topic_configs={"retention.ms": "3600000"})])
+        wait_for_topic(shared_cluster, "kp-admin", 2)   # CreateTopics answers before every broker has the topic
         (desc,) = admin.describe_topics(["kp-admin"])
         assert desc["name"] == "kp-admin" and desc["error_code"] == 0
         assert sorted(p["partition_index"] for p in desc["partitions"]) == [0, 1]

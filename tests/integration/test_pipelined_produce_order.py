@@ -93,6 +93,9 @@ async def test_a_producer_writes_a_partition_in_send_order_across_reconnects(sha
             await asyncio.sleep(0)
         outcomes = await asyncio.gather(*futures, return_exceptions=True)
     acked = [(seq, md.offset) for seq, md in enumerate(outcomes) if not isinstance(md, BaseException)]
-    assert len(acked) >= 1000, f"only {len(acked)} of 2000 acknowledged"
+    # retries=0: what was in flight at each drop fails (how much depends on the machine's load); the order
+    # is checked across reconnects only if records sent after most of them were acknowledged.
+    after = {(seq - 50) // 100 for seq, _ in acked if seq >= 50}
+    assert len(after) >= 10, f"{len(acked)} of 2000 acknowledged, after only {len(after)} of the 20 reconnects"
     behind = [(a, b) for a, b in zip(acked, acked[1:], strict=False) if b[1] < a[1]]
     assert not behind, f"{len(behind)} records landed below one sent before them, first: {behind[0]}"

@@ -40,24 +40,22 @@ from minibroker.testing.cluster import LocalCluster
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def proc_cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        fields = f.read().rsplit(b")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK      # utime + stime
-
-
-def self_cpu_s() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
 def proc_user_sys_s(pid: int | None) -> tuple[float, float]:
+    """User and system CPU seconds of process `pid` (from /proc), or of this process when None."""
     if pid is None:
         r = resource.getrusage(resource.RUSAGE_SELF)
         return r.ru_utime, r.ru_stime
     with open(f"/proc/{pid}/stat", "rb") as f:
         fields = f.read().rsplit(b")", 1)[1].split()
-    return int(fields[11]) / _TICK, int(fields[12]) / _TICK
+    return int(fields[11]) / _TICK, int(fields[12]) / _TICK      # utime, stime
+
+
+def proc_cpu_s(pid: int) -> float:
+    return sum(proc_user_sys_s(pid))
+
+
+def self_cpu_s() -> float:
+    return sum(proc_user_sys_s(None))
 
 
 async def awaited(records: int, size: int, warm: int = 300) -> None:

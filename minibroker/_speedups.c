@@ -780,6 +780,44 @@ static PyObject *check(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return check_node(args[0], args[1]);
 }
 
+/* ---------------------------------------------------------------- response size */
+
+/* framing.response_entries: the entries of a response's lists and of the lists in the
+   dicts those hold, counted only until they pass limit. */
+static PyObject *response_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyDict_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "response_entries(message: dict, limit: int)");
+        return NULL;
+    }
+    Py_ssize_t limit = PyLong_AsSsize_t(args[1]);
+    if (limit == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t n = 0, pos = 0;
+    PyObject *key, *v;
+    while (PyDict_Next(args[0], &pos, &key, &v)) {
+        if (!PyList_Check(v))
+            continue;
+        n += PyList_GET_SIZE(v);
+        if (n > limit)
+            return PyLong_FromSsize_t(n);
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(v); i++) {
+            PyObject *item = PyList_GET_ITEM(v, i);
+            if (PyDict_Check(item)) {
+                Py_ssize_t ipos = 0;
+                PyObject *ik, *x;
+                while (PyDict_Next(item, &ipos, &ik, &x)) {
+                    if (PyList_Check(x))
+                        n += PyList_GET_SIZE(x);
+                }
+            }
+            if (n > limit)
+                return PyLong_FromSsize_t(n);
+        }
+    }
+    return PyLong_FromSsize_t(n);
+}
+
 /* ---------------------------------------------------------------- module */
 
 static PyMethodDef methods[] = {
@@ -790,6 +828,8 @@ static PyMethodDef methods[] = {
     {"check", (PyCFunction)(void (*)(void))check, METH_FASTCALL,
      "Validate a decoded message against a compiled spec node (raises Invalid)."},
     {"check_spec", check_spec, METH_O, "Raise TypeError unless node is a well-formed compiled spec node."},
+    {"response_entries", (PyCFunction)(void (*)(void))response_entries, METH_FASTCALL,
+     "framing.response_entries in C: a response's list entries, counted until they pass limit."},
     {NULL, NULL, 0, NULL},
 };
 

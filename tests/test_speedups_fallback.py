@@ -22,6 +22,8 @@ f = RecordFuture("batch", 3)
 assert (f._batch, f._index) == ("batch", 3)
 from minibroker.protocol import framing
 assert framing.msgpack_objects is framing.msgpack_objects_py
+assert framing.response_entries is framing._response_entries
+assert framing.response_entries({"topics": [{"partitions": [1, 2]}]}, 10) == 3
 assert framing.decodes_inline(b"\x92" + b"\xc4\xff" + b"x" * 255 + b"\xc6\x00\x02\x00\x00" + b"y" * 131072)
 print("ok")
 """

@@ -82,8 +82,7 @@ class DelayedProduce:
         whether everything resolved; unresolved entries stay REQUEST_TIMED_OUT."""
         if self.remaining <= 0:
             return True
-        loop = asyncio.get_running_loop()
-        timer = loop.call_later(max(timeout_ms, 0) / 1000, _expire, self.future)
+        timer = self.future.get_loop().call_later(max(timeout_ms, 0) / 1000, _expire, self.future)
         try:
             await self.future
         finally:
@@ -138,8 +137,7 @@ class DelayedFetch:
     async def wait(self, max_wait_ms: int) -> None:
         if self.future.done():
             return
-        loop = asyncio.get_running_loop()
-        timer = loop.call_later(max(max_wait_ms, 0) / 1000, _expire, self.future)
+        timer = self.future.get_loop().call_later(max(max_wait_ms, 0) / 1000, _expire, self.future)
         try:
             await self.future
         finally:

@@ -478,22 +478,30 @@ class BrokerServer:
     def broker_epoch(self) -> int:
         return self.lifecycle.broker_epoch if self.lifecycle is not None else -1
 
-    def _gated(self, fn: Callable[[RequestContext, dict], Awaitable[dict | None]]):
-        async def handler(ctx: RequestContext, body: dict) -> dict | None:
-            if self._serving is None or not self._serving.is_set():
-                if self._serving is None:
-                    raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, "broker is starting")
-                await self._serving.wait()
+    def _gated(self, fn: Callable[[RequestContext, dict], Awaitable[dict | None]]
+               ) -> Callable[[RequestContext, dict], Awaitable[dict | None]]:
+        """`fn` once the broker serves; until then its requests wait for that (or fail while it starts).
+        Once serving, `fn`'s awaitable is the handler's (no coroutine of its own per request)."""
+        async def wait_then(ctx: RequestContext, body: dict) -> dict | None:
+            if self._serving is None:
+                raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, "broker is starting")
+            await self._serving.wait()
             return await fn(ctx, body)
+
+        def handler(ctx: RequestContext, body: dict) -> Awaitable[dict | None]:
+            serving = self._serving
+            if serving is not None and serving.is_set():
+                return fn(ctx, body)
+            return wait_then(ctx, body)
         return handler
 
-    async def _produce(self, ctx: RequestContext, body: dict) -> dict | None:
-        return await self.replica_manager.handle_produce(ctx, body)
+    def _produce(self, ctx: RequestContext, body: dict) -> Awaitable[dict | None]:
+        return self.replica_manager.handle_produce(ctx, body)
 
-    async def _fetch(self, ctx: RequestContext, body: dict) -> dict:
+    def _fetch(self, ctx: RequestContext, body: dict) -> Awaitable[dict]:
         if body.get("replica_id", -1) >= 0:
             ctx.require_privileged()
-        return await self.replica_manager.handle_fetch(ctx, body)
+        return self.replica_manager.handle_fetch(ctx, body)
 
     async def _list_offsets(self, ctx: RequestContext, body: dict) -> dict:
         if body.get("replica_id", -1) >= 0:

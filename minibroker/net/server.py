@@ -47,6 +47,7 @@ from minibroker.protocol.schema import SchemaError, validate
 log = logging.getLogger("minibroker.net")
 
 _NO_RESPONSE = object()
+_API_KEYS: dict[int, ApiKey] = {int(k): k for k in ApiKey}
 
 DEFAULT_MAX_INFLIGHT = 8                 # minibroker.max.inflight.requests.per.connection
 DEFAULT_IDLE_MS = 600_000                # connections.max.idle.ms (Kafka's default)
@@ -165,6 +166,11 @@ class ServerConnection(asyncio.Protocol):
         self._last_active = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self.closed_event = asyncio.Event()
+        # Invariant: the loop this connection was made on (every callback runs on it).
+        self._loop = asyncio.get_running_loop()
+        # Invariant: the request window for the connection's authentication state (`_window`),
+        # recomputed when a SASL step completes.
+        self._window_size = dispatcher.max_inflight
 
     @property
     def authenticated(self) -> bool:
@@ -178,7 +184,8 @@ class ServerConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.dispatcher.connections.add(self)
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        self._window_size = self._window()
         self._last_active = loop.time()
         if self.dispatcher.first_frame_ms > 0:
             self._timer = loop.call_later(self.dispatcher.first_frame_ms / 1000, self._on_first_frame_deadline)
@@ -188,7 +195,7 @@ class ServerConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closed:
             return
-        self._last_active = asyncio.get_running_loop().time()
+        self._last_active = self._loop.time()
         self._decoder.push(data)
         self._pump()
 
@@ -223,11 +230,11 @@ class ServerConnection(asyncio.Protocol):
         try:
             budget = PUMP_BUDGET
             while (not self._closed and not self._write_paused and not self._auth_failed
-                   and len(self._slots) < self._window()):
+                   and len(self._slots) < self._window_size):
                 if budget == 0:
                     if not self._pump_scheduled:
                         self._pump_scheduled = True
-                        asyncio.get_running_loop().call_soon(self._scheduled_pump)
+                        self._loop.call_soon(self._scheduled_pump)
                     break
                 try:
                     body = self._decoder.pop_raw()
@@ -246,7 +253,7 @@ class ServerConnection(asyncio.Protocol):
         """Authenticated (inter-broker) connections multiplex heartbeats, metadata
         long-polls and forwarded requests, so they get a wider window."""
         w = self.dispatcher.max_inflight
-        return w * AUTHENTICATED_WINDOW_FACTOR if self.authenticated else w
+        return w * AUTHENTICATED_WINDOW_FACTOR if self.sasl.authenticated else w
 
     def _scheduled_pump(self) -> None:
         self._pump_scheduled = False
@@ -256,7 +263,7 @@ class ServerConnection(asyncio.Protocol):
         if self._closed or self.transport is None:
             return
         want_pause = (self._write_paused or self._pump_scheduled or self._auth_failed
-                      or len(self._slots) >= self._window())
+                      or len(self._slots) >= self._window_size)
         if want_pause and not self._reading_paused:
             self._reading_paused = True
             self.transport.pause_reading()
@@ -301,7 +308,7 @@ class ServerConnection(asyncio.Protocol):
                 self._timer.cancel()
             self._timer = None
             self._arm_idle()
-        slot: asyncio.Future = asyncio.get_running_loop().create_future()
+        slot: asyncio.Future = self._loop.create_future()
         self._slots.append(slot)
         if decodes_inline(body):
             try:
@@ -316,12 +323,12 @@ class ServerConnection(asyncio.Protocol):
             return
         entry: list[Any] = [slot, None]
         self._undispatched.append(entry)
-        task = asyncio.ensure_future(self._decode_large(body, entry))
+        task = self._loop.create_task(self._decode_large(body, entry))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _decode_large(self, body: bytes, entry: list[Any]) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         try:
             entry[1] = await loop.run_in_executor(_DECODER, _decode_and_validate, body)
         except FramingError as exc:
@@ -339,9 +346,8 @@ class ServerConnection(asyncio.Protocol):
             self.abort(f"bad request header: {exc}")
             return
         cid = header["id"]
-        try:
-            api = ApiKey(header["api"])
-        except ValueError:
+        api = _API_KEYS.get(header["api"])
+        if api is None:
             self._answer(slot, _error(cid, ErrorCode.UNSUPPORTED_VERSION, f"unknown api key {header['api']}"))
             return
         if api in _BUILTIN:
@@ -375,13 +381,13 @@ class ServerConnection(asyncio.Protocol):
                 self._answer(slot, _error(cid, ErrorCode.INVALID_REQUEST, str(exc)))
                 return
         ctx = RequestContext(self, api, header["v"], cid, header["client"])
-        task = asyncio.ensure_future(self._run(spec.fn, ctx, body, slot, validated is not None))
+        task = self._loop.create_task(self._run(spec.fn, ctx, body, slot, validated is not None))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _run(self, fn: Handler, ctx: RequestContext, body: dict[str, Any], slot: asyncio.Future,
                    large: bool = False) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         try:
             resp = await fn(ctx, body)
         except asyncio.CancelledError:
@@ -419,6 +425,7 @@ class ServerConnection(asyncio.Protocol):
             resp = self.sasl.on_handshake(body)
         else:
             resp = self.sasl.on_authenticate(body)
+            self._window_size = self._window()
             if self.sasl.authenticated:
                 log.info("authenticated %s from %s on %s (%s)", self.sasl.principal, self.peer, self.listener,
                          "SCRAM-SHA-256")
@@ -456,7 +463,7 @@ class ServerConnection(asyncio.Protocol):
                 out.append(encode_frame(r))
         if out and not self._closed and self.transport is not None:
             self.transport.write(b"".join(out) if len(out) > 1 else out[0])
-            self._last_active = asyncio.get_running_loop().time()
+            self._last_active = self._loop.time()
         if not self._closed and not self._pumping and (self._decoder.buffered or self._reading_paused):
             self._pump()
 

@@ -52,9 +52,10 @@ def _pack_chunked(packer: msgpack.Packer, v: Any, parts: list[bytes], depth: int
         parts.append(packer.pack(v))
 
 
-def response_entries(message: dict[str, Any], limit: int) -> int:
+def _response_entries(message: dict[str, Any], limit: int) -> int:
     """Entries of a response's topic/partition lists (how costly encoding it
-    is), counted only until they pass `limit`, so counting is cheap too."""
+    is), counted only until they pass `limit`, so counting is cheap too.
+    minibroker._speedups.response_entries is the same in C (every response is counted)."""
     n = 0
     for v in message.values():
         if isinstance(v, list):
@@ -69,6 +70,12 @@ def response_entries(message: dict[str, Any], limit: int) -> int:
                 if n > limit:
                     return n
     return n
+
+
+try:
+    from minibroker._speedups import response_entries
+except ImportError:        # built without the C extension
+    response_entries = _response_entries
 
 
 def decode_body(body: bytes | memoryview) -> dict[str, Any]:

@@ -38,7 +38,18 @@ def _plain(v: Any) -> Any:
     return str(v)
 
 
+_PLAIN_SCALARS = frozenset({type(None), bool, int, float, str, bytes})
+
+
 def plain_event(event: Event) -> Event:
+    """`event` with plain values; the event itself (frozen) when its values are plain already, as
+    the routine per-request ones are (an HW move: ints, a reason, a trigger)."""
+    scalars = _PLAIN_SCALARS
+    if (type(event.time_ms) is int and type(event.partition) is str and type(event.reason) is str
+            and type(event.before) in scalars and type(event.after) in scalars
+            and type(event.extra) is dict and all(type(k) is str and type(v) in scalars
+                                                  for k, v in event.extra.items())):
+        return event
     return Event(event.kind, int(event.time_ms), str(event.partition), _plain(event.before), _plain(event.after),
                  str(event.reason), _plain(event.extra) if event.extra else {})
 

@@ -32,7 +32,7 @@ inter-broker connection, so the cache holds at most one session per broker.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from minibroker.errors import ErrorCode
 
@@ -97,10 +97,10 @@ class FetchSession:
         return True
 
 
-@dataclass(frozen=True)
-class Opened:
+class Opened(NamedTuple):
     """The outcome of one replica Fetch against the cache: the session (None: a full
-    fetch without one), every partition to read, in order, or a top-level error."""
+    fetch without one), every partition to read, in order, or a top-level error.
+    (A NamedTuple: one is made per replica Fetch.)"""
     session: FetchSession | None
     requests: list[tuple[str, Entry]]
     full: bool

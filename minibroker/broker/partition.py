@@ -30,7 +30,7 @@ from minibroker.broker.tail import TailCache
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.events import Event, EventSink
 from minibroker.metadata import NO_LEADER, PartitionRecord
-from minibroker.records import HEADER_SIZE, batch_crc_ok, iter_batch_headers, parse_header, stamp
+from minibroker.records import HEADER_SIZE, batch_crc_ok, parse_header, stamp
 from minibroker.replication import Decision, PartitionLeader, Profile
 from minibroker.replication.follower_core import follower_high_watermark, follows_log_start
 from minibroker.replication.producer_state import NO_PRODUCER_ID, ProducerState
@@ -351,9 +351,9 @@ class Partition:
         if not records:
             return 0
         first = self.log.log_end_offset
-        last = self.log.append_as_follower(records, now_ms=now_ms)
+        last, headers = self.log.append_batches_as_follower(records, now_ms=now_ms)
         on_batch = self.producers.on_batch
-        for h in iter_batch_headers(records):
+        for h in headers:
             on_batch(h.producer_id, h.producer_epoch, h.base_sequence, h.base_offset, h.last_offset)
         self.tracker.on_append(last + 1, len(records))
         self.tail.on_append(first, last + 1, bytes(records))

@@ -40,10 +40,11 @@ class EventLog:
         self.next_seq = seq + 1
         for fn in self._subscribers:
             fn(event)
-        waiters, self._waiters = self._waiters, {}
-        for w in waiters:
-            if not w.done():
-                w.set_result(None)
+        if self._waiters:
+            waiters, self._waiters = self._waiters, {}
+            for w in waiters:
+                if not w.done():
+                    w.set_result(None)
         return seq
 
     def read_now(self, from_seq: int, max_events: int = 1000) -> tuple[int, list[dict[str, Any]]]:

@@ -50,6 +50,7 @@ class Connection:
         self.closed = False
         self.close_reason = ""
         self.received_any = False     # a peer that closes before sending a byte may speak TLS (net/tls.py)
+        self._loop: asyncio.AbstractEventLoop | None = None      # Invariant: the loop it was opened on, once open
 
     @classmethod
     async def open(cls, host: str, port: int, *, client_id: str = "minibroker-client",
@@ -74,6 +75,7 @@ class Connection:
             raise KafkaError(ErrorCode.NETWORK_EXCEPTION,
                              f"cannot connect to {host}:{port}: {exc or 'timeout'}") from None
         conn._transport = transport  # type: ignore[assignment]
+        conn._loop = loop
         if secret is not None:
             try:
                 await authenticate(conn, client_id, secret, int(timeout_s * 1000))
@@ -100,7 +102,7 @@ class Connection:
     async def request(self, api: ApiKey | int, body: dict[str, Any], *, timeout_ms: int = 30_000) -> dict[str, Any]:
         """Send one request and wait for its response (or a KafkaError)."""
         cid, frame = self._frame(api, body)
-        loop = asyncio.get_running_loop()
+        loop = self._loop or asyncio.get_running_loop()
         fut = loop.create_future()
         self._pending[cid] = fut
         timer = loop.call_later(timeout_ms / 1000, self._time_out, cid, timeout_ms)

@@ -48,7 +48,7 @@ from minibroker import clock
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.events import Event, EventSink, discard
 from minibroker.records import (
-    iter_batch_headers, single_producer_batch, stamp_chunks, stamp_prefix, validate_batches,
+    BatchHeader, iter_batch_headers, single_producer_batch, stamp_chunks, stamp_prefix, validate_batches,
 )
 from minibroker.storage import fsutil
 from minibroker.storage.checkpoint import LEADER_EPOCH_FILE, LeaderEpochCheckpointFile
@@ -302,8 +302,13 @@ class PartitionLog:
         decrease. Updates the epoch cache from batch epochs. Returns the new
         last offset (LEO - 1); an empty `batches` is a no-op.
         Raises UnexpectedAppendOffset or KafkaError(CORRUPT_MESSAGE)."""
+        return self.append_batches_as_follower(batches, now_ms=now_ms)[0]
+
+    def append_batches_as_follower(self, batches: bytes | bytearray | memoryview, *, now_ms: int | None = None
+                                   ) -> tuple[int, list[BatchHeader]]:
+        """`append_as_follower`, with the headers of the batches appended (parsed once, for the caller)."""
         if len(batches) == 0:
-            return self.log_end_offset - 1
+            return self.log_end_offset - 1, []
         headers = list(iter_batch_headers(batches, verify_crc=True))
         leo = self.log_end_offset
         expected = leo
@@ -334,7 +339,7 @@ class PartitionLog:
             if self.epoch_cache.version != before:
                 self._assigned_from_batches(before)
             self._segments[-1].append(batches, appended, expected)
-        return expected - 1
+        return expected - 1, headers
 
     def producer_batches(self, from_offset: int) -> Iterator[tuple[int, int, int, int, int]]:
         """(producer id, epoch, base sequence, base offset, last offset) of

@@ -21,6 +21,7 @@ without the leader, a LEO going backwards) raise ValueError.
 """
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 from dataclasses import dataclass, field
@@ -44,6 +45,12 @@ _STAY_PENDING_ON = frozenset({
 })
 
 UNKNOWN = -1
+
+
+@functools.lru_cache(maxsize=4096)
+def _joined(replicas: tuple[int, ...]) -> str:
+    """ "1,2,3": a replica set as events name it (one string per set, made once; an HW move names its ISR)."""
+    return ",".join(str(r) for r in replicas)
 
 
 class FollowerState(NamedTuple):
@@ -387,7 +394,7 @@ class PartitionLeader:
         maximal_before = self._maximal
         self._maybe_expand_isr(d, replica, now_ms)
         if prev.leo != now.leo or self._maximal != maximal_before:
-            self._maybe_increment_hw(d, now_ms, f"replica {replica} fetched {fetch_offset}")
+            self._maybe_increment_hw(d, now_ms, "replica fetched", fetched=(replica, fetch_offset))
         return self._finish(d)
 
     def on_follower_refetch(self, replica: int, fetch_offset: int, now_ms: int, *, broker_epoch: int = UNKNOWN,
@@ -770,8 +777,10 @@ class PartitionLeader:
                                                        else "shrank" if kind == "isr_shrink"
                                                        else "changed"))
 
-    def _maybe_increment_hw(self, d: Decision, now_ms: int, trigger: str) -> bool:
-        """H1-H3: recompute the HW; it only ever rises."""
+    def _maybe_increment_hw(self, d: Decision, now_ms: int, trigger: str,
+                            fetched: tuple[int, int] | None = None) -> bool:
+        """H1-H3: recompute the HW; it only ever rises. `fetched`: the (replica, offset) of the
+        follower fetch that triggered it (the trigger then names them; made only if the HW moves)."""
         if self.profile.strict_min_isr and self.under_min_isr:
             return False
         candidate = self._leo
@@ -789,9 +798,11 @@ class PartitionLeader:
         old = self._hw
         self._hw = candidate
         over = "maximal ISR" if self._maximal != self._isr else "ISR"
-        reason = f"min LEO over {over} {self._names(self._maximal)}"
+        reason = f"min LEO over {over} {_joined(self._maximal)}"
         if counts_caught_up and bound not in self._maximal:
             reason += f" and caught-up replica {bound}"
+        if fetched is not None:
+            trigger = f"replica {fetched[0]} fetched {fetched[1]}"
         self._emit(d, "hw_move", now_ms, old, candidate, reason, trigger=trigger, bound_by=bound)
         self._complete_reached(d, now_ms)
         return True

@@ -874,8 +874,8 @@ class ReplicaManager:
         while it waited (the others would read the same): those in `changed` when the
         purgatory saw every move, else those whose stamp differs. An idle follower of
         1,000 partitions costs the leader one read of each per Fetch instead of two."""
-        budget = fetch_records_budget(body["max_bytes"], self.max_frame_bytes, len(requests))
         room = fetch_records_budget(self.max_frame_bytes, self.max_frame_bytes, len(requests))
+        budget = max(0, min(body["max_bytes"], room))            # fetch_records_budget(max_bytes, ...)
         total = sum(len(r.records) for r in results)
         for i, (topic, p) in enumerate(requests):
             if i and i % REQUEST_SLICE == 0:
@@ -903,8 +903,8 @@ class ReplicaManager:
         cannot fit beside the other entries. For an incremental session Fetch, a
         partition the follower did not name whose state has not moved since its last
         quiet read is answered as then, without reading (`_fetched_again`)."""
-        budget = fetch_records_budget(body["max_bytes"], self.max_frame_bytes, len(requests))
         room = fetch_records_budget(self.max_frame_bytes, self.max_frame_bytes, len(requests))
+        budget = max(0, min(body["max_bytes"], room))            # fetch_records_budget(max_bytes, ...)
         total = 0
         respond_now = False
         results = []

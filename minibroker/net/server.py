@@ -62,7 +62,7 @@ PUMP_BUDGET = 64                         # frames admitted per connection per lo
 _DECODER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="minibroker-decode")
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestContext:
     conn: ServerConnection
     api: ApiKey
@@ -451,6 +451,20 @@ class ServerConnection(asyncio.Protocol):
 
 
     def _answer(self, slot: asyncio.Future, resp: Any) -> None:
+        """Triggered when a request's response is ready: it, and every response after it that
+        was waiting for it, are written (in request order)."""
+        slots = self._slots
+        if len(slots) == 1 and slots[0] is slot and type(resp) is dict and not slot.done():
+            slots.popleft()                     # the only request in flight: no order to keep
+            if not self._closed and self.transport is not None:
+                self.transport.write(encode_frame(resp))
+                self._last_active = self._loop.time()
+        else:
+            self._answer_in_order(slot, resp)
+        if not self._closed and not self._pumping and (self._decoder.buffered or self._reading_paused):
+            self._pump()
+
+    def _answer_in_order(self, slot: asyncio.Future, resp: Any) -> None:
         if not slot.done():
             slot.set_result(resp)
         slots = self._slots
@@ -464,8 +478,6 @@ class ServerConnection(asyncio.Protocol):
         if out and not self._closed and self.transport is not None:
             self.transport.write(b"".join(out) if len(out) > 1 else out[0])
             self._last_active = self._loop.time()
-        if not self._closed and not self._pumping and (self._decoder.buffered or self._reading_paused):
-            self._pump()
 
 
 @dataclass(frozen=True)

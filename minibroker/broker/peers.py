@@ -40,6 +40,11 @@ class InterBrokerConnections:
         NETWORK_EXCEPTION when it cannot be reached)."""
         if self._closed:
             raise KafkaError(ErrorCode.NETWORK_EXCEPTION, "broker is shutting down")
+        conn = self._conns.get(broker_id)
+        if conn is not None and not conn.closed:          # the steady state (a fetcher's every Fetch): no lock
+            ep = self.image.endpoint(broker_id, self.listener)
+            if ep is not None and (conn.host, conn.port) == ep:
+                return conn
         lock = self._locks.setdefault(broker_id, asyncio.Lock())
         async with lock:
             ep = self.image.endpoint(broker_id, self.listener)

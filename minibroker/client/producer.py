@@ -513,7 +513,8 @@ class Producer:
             self._in_flight[node] -= 1
             for b in batches:
                 self.acc.unmute(b.tp)
-            self._wake.set()
+            if self.acc.has_queued():        # what waited for this request's slot or partition goes now
+                self._wake.set()
         if resp.get("error"):
             for b in batches:
                 self._failed(b, resp["error"], f"broker {node}: {resp.get('message', '')}")

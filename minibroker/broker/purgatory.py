@@ -65,8 +65,8 @@ class DelayedProduce:
 
     __slots__ = ("future", "remaining", "waiters")
 
-    def __init__(self) -> None:
-        self.future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self.future: asyncio.Future[None] = (loop or asyncio.get_running_loop()).create_future()
         self.remaining = 0
         self.waiters: list[ProduceWaiter] = []
 
@@ -111,8 +111,9 @@ class DelayedFetch:
     __slots__ = ("future", "needed", "accumulated", "follower", "keys", "changed")
     active = True                   # parked for as long as it is watched
 
-    def __init__(self, keys: list[PartitionKey], needed: int, follower: bool) -> None:
-        self.future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    def __init__(self, keys: list[PartitionKey], needed: int, follower: bool,
+                 loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self.future: asyncio.Future[None] = (loop or asyncio.get_running_loop()).create_future()
         self.keys = keys
         self.needed = needed
         self.accumulated = 0

@@ -139,6 +139,7 @@ class ReplicaManager:
         self._flushing: dict[PartitionKey, asyncio.Future] = {}
         self._tasks: set[asyncio.Task] = set()
         self._timers: list[asyncio.Task] = []
+        self._loop: asyncio.AbstractEventLoop | None = None      # Invariant: None or the loop handlers last ran on
         self._closed = False
 
     # ================================================================ lifecycle
@@ -191,6 +192,13 @@ class ReplicaManager:
                 raise
             except Exception:
                 log.exception("periodic task %s failed", getattr(fn, "__name__", fn))
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        """The loop the handlers run on, asked once (each asyncio.get_running_loop() is a getpid() on 3.11)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
 
     def _core_sink(self, e: Event) -> None:
         if e.kind in _HOT_EVENT_KINDS or (e.kind == "produce_completed" and e.after == "NONE"):
@@ -570,7 +578,7 @@ class ReplicaManager:
         before = getattr(conn, "produce_appending", None)
         appending: asyncio.Future[None] | None = None
         if conn is not None:
-            appending = asyncio.get_running_loop().create_future()
+            appending = self._running_loop().create_future()
             conn.produce_appending = appending
         try:
             if before is not None and not before.done():
@@ -666,7 +674,7 @@ class ReplicaManager:
         parks one DelayedProduce with a waiter per appended partition (the core resolves it)."""
         if acks != -1 or not appended:
             return None, []
-        delayed = DelayedProduce()
+        delayed = DelayedProduce(self._running_loop())
         registered: list[tuple[PartitionLeader, Any]] = []
         for r in appended:
             part, core = r.part, r.core
@@ -747,11 +755,11 @@ class ReplicaManager:
             return self._fetch_response(requests, results, session, full)
         standing = self._standing_watch(session) if session is not None else None
         if standing is not None and standing.op is None:       # the session's partitions, watched already
-            op = DelayedFetch([], body["min_bytes"] - total, follower=True)
+            op = DelayedFetch([], body["min_bytes"] - total, follower=True, loop=self._running_loop())
         else:
             op = DelayedFetch(list(session.partitions) if skipped and session is not None
                               else [(t, p["partition"]) for t, p in requests],
-                              body["min_bytes"] - total, follower=replica_id >= 0)
+                              body["min_bytes"] - total, follower=replica_id >= 0, loop=self._running_loop())
         self.purgatory.watch(op, standing)
         # What moved while they were read (None: more than the change log holds, or unknown); what
         # moves from now on is in op.changed.

@@ -394,7 +394,7 @@ class PartitionLeader:
         maximal_before = self._maximal
         self._maybe_expand_isr(d, replica, now_ms)
         if prev.leo != now.leo or self._maximal != maximal_before:
-            self._maybe_increment_hw(d, now_ms, "replica fetched", fetched=(replica, fetch_offset))
+            self._maybe_increment_hw(d, now_ms, fetched=(replica, fetch_offset))
         return self._finish(d)
 
     def on_follower_refetch(self, replica: int, fetch_offset: int, now_ms: int, *, broker_epoch: int = UNKNOWN,
@@ -691,10 +691,6 @@ class PartitionLeader:
         if not set(isr) <= set(self._replicas):
             raise ValueError(f"ISR {list(isr)} is not a subset of replicas {list(self._replicas)}")
 
-    @staticmethod
-    def _names(rs: Iterable[int]) -> str:
-        return ",".join(str(r) for r in rs)
-
     def _lag_reason(self, r: int, now_ms: int) -> str:
         f = self._followers[r]
         if f.last_caught_up_ms is None:
@@ -777,10 +773,10 @@ class PartitionLeader:
                                                        else "shrank" if kind == "isr_shrink"
                                                        else "changed"))
 
-    def _maybe_increment_hw(self, d: Decision, now_ms: int, trigger: str,
+    def _maybe_increment_hw(self, d: Decision, now_ms: int, trigger: str = "",
                             fetched: tuple[int, int] | None = None) -> bool:
-        """H1-H3: recompute the HW; it only ever rises. `fetched`: the (replica, offset) of the
-        follower fetch that triggered it (the trigger then names them; made only if the HW moves)."""
+        """H1-H3: recompute the HW; it only ever rises. The event's trigger is `trigger`, or for a
+        follower fetch (`fetched`: its replica and offset) one naming them, made only if the HW moves."""
         if self.profile.strict_min_isr and self.under_min_isr:
             return False
         candidate = self._leo

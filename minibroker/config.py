@@ -57,6 +57,7 @@ DEFAULTS: dict[str, str] = {
     "log.retention.bytes": "-1",
     "log.retention.ms": "604800000",
     "log.retention.check.interval.ms": "300000",
+    "log.segment.delete.delay.ms": "60000",
     "log.flush.interval.messages": "9223372036854775807",
     "log.flush.interval.ms": "9223372036854775807",
     "minibroker.fsync.before.ack": "false",
@@ -106,6 +107,7 @@ TOPIC_CONFIGS: dict[str, str] = {
     "flush.ms": "log.flush.interval.ms",
     "max.message.bytes": "message.max.bytes",
     "index.interval.bytes": "log.index.interval.bytes",
+    "file.delete.delay.ms": "log.segment.delete.delay.ms",
 }
 
 ENV_PREFIX = "MINIBROKER_"

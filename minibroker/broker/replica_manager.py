@@ -3,8 +3,9 @@
 Owns: the `Partition` objects and their roles as metadata dictates (T1/T2),
 Produce / Fetch / ListOffsets handling, delayed produces and parked fetches
 (purgatory), the follower fetchers, the periodic ISR check, HW checkpoints,
-the flush and retention timers, and carrying the leader cores' ISR proposals
-to the controller and their answers back (I5/I6).
+the flush and retention timers, the delayed unlink of retired segments
+(D10), and carrying the leader cores' ISR proposals to the controller and
+their answers back (I5/I6).
 
 Must not know: how metadata arrives (the control path calls `on_metadata`),
 how AlterPartition travels (`AlterPartitionManager.submit`), or any
@@ -154,6 +155,8 @@ class ReplicaManager:
             asyncio.ensure_future(self._every(_OFFSET_CHECKPOINT_MS, self._checkpoint_offsets)),
             asyncio.ensure_future(self._every(self.retention_check_interval_ms, self._retention)),
         ]
+        if self.log_manager is not None:
+            self._timers.append(asyncio.ensure_future(self._empty_trash()))
 
     async def shutdown(self) -> None:
         """Stop fetchers and timers, answer every parked request, checkpoint
@@ -192,6 +195,31 @@ class ReplicaManager:
                 raise
             except Exception:
                 log.exception("periodic task %s failed", getattr(fn, "__name__", fn))
+
+    async def _empty_trash(self) -> None:
+        """D10: unlink retired segment files, in a worker thread, once their file.delete.delay.ms
+        has passed. Sleeps until the trash holds something (its on_add wakes this task) and then
+        until the earliest is due; an idle broker never wakes for it."""
+        trash = self.log_manager.trash
+        wake = asyncio.Event()
+        loop = self._running_loop()
+        trash.on_add = lambda: loop.call_soon_threadsafe(wake.set)
+        while True:
+            wake.clear()
+            delay_ms = trash.ms_until_due()
+            if delay_ms is None:
+                await wake.wait()
+                continue
+            if delay_ms > 0:
+                try:
+                    await asyncio.wait_for(wake.wait(), delay_ms / 1000)    # an earlier one may arrive
+                except TimeoutError:
+                    pass
+                continue
+            try:
+                await asyncio.to_thread(trash.drain)
+            except Exception:
+                log.exception("unlinking retired segment files failed")
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         """The loop the handlers run on, asked once (each asyncio.get_running_loop() is a getpid() on 3.11)."""

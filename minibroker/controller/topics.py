@@ -33,6 +33,7 @@ CONFIG_TYPES: dict[str, tuple[str, int | None]] = {
     "flush.ms": ("long", 0),
     "max.message.bytes": ("int", 0),
     "index.interval.bytes": ("int", 0),
+    "file.delete.delay.ms": ("long", 0),
 }
 
 

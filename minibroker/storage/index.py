@@ -93,12 +93,16 @@ class _IndexFile:
                     self._fd = -1
 
     def delete(self) -> None:
-        self._pending.clear()
-        self.close()
+        self.discard()
         try:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
+
+    def discard(self) -> None:
+        """Close for good without writing pending entries (the file is about to go)."""
+        self._pending.clear()
+        self.close()
 
 
 class OffsetIndex(_IndexFile):

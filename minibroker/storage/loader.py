@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from minibroker.storage.checkpoint import LEADER_EPOCH_FILE, LeaderEpochCheckpointFile
 from minibroker.storage.epoch_cache import LeaderEpochCache
 from minibroker.storage.segment import (
-    INDEX_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, parse_segment_name,
+    DELETED_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, parse_segment_name,
 )
 
 
@@ -50,6 +50,9 @@ def _cleanup_stray_files(directory: str, names: list[str], bases: set[int]) -> N
         path = os.path.join(directory, name)
         if name.endswith(".tmp"):
             os.unlink(path)  # an interrupted checkpoint write; the old file stands
+            continue
+        if name.endswith(DELETED_SUFFIX):
+            os.unlink(path)  # a retired segment file whose delayed unlink had not run (D10)
             continue
         for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             if name.endswith(suffix) and len(name) == 20 + len(suffix) and name[:20].isdigit():

@@ -56,6 +56,7 @@ from minibroker.storage.epoch_cache import LeaderEpochCache
 from minibroker.storage.loader import LoadInfo, load_log
 from minibroker.storage.log_config import LogConfig
 from minibroker.storage.segment import AppendedBatch, LogSegment
+from minibroker.storage.trash import SegmentTrash
 
 _I32_MAX = 2**31 - 1
 _MAX_READ_HINTS = 256
@@ -89,13 +90,16 @@ def _partition_name(directory: str) -> str:
 class PartitionLog:
     def __init__(self, directory: str, config: LogConfig, *, recovery_point: int = 0,
                  log_start_offset: int = 0, clean_shutdown: bool = False,
-                 event_sink: EventSink = discard, clock: Callable[[], int] | None = None) -> None:
+                 event_sink: EventSink = discard, clock: Callable[[], int] | None = None,
+                 trash: SegmentTrash | None = None) -> None:
         """Open (recovering as needed) or create the log in `directory`.
         Prefer `LogManager.get_or_create`, which passes the checkpointed
-        recovery point, log start offset and clean-shutdown state."""
+        recovery point, log start offset and clean-shutdown state, and its
+        trash: without one, segments leaving the log are unlinked at once."""
         self.directory = directory
         self.name = _partition_name(directory)
         self.config = config
+        self._trash = trash
         self._sink = event_sink
         self._clock = clock or wall_clock_ms
         self._lock = threading.Lock()
@@ -540,8 +544,7 @@ class PartitionLog:
             dropped = self._segments[keep:]
             del self._segments[keep:]
             del self._bases[keep:]
-            for seg in dropped:
-                seg.delete()
+            self._retire(dropped)
             self._read_hints.clear()
             actual = self._segments[-1].truncate_to(offset)
             self._log_start_offset = min(self._log_start_offset, actual)
@@ -558,6 +561,16 @@ class PartitionLog:
                    epoch_entries_removed=[list(e) for e in removed])
         return actual
 
+    def _retire(self, segments: list[LogSegment]) -> None:
+        """Segments leaving the log: renamed `*.deleted` now, unlinked by the trash after
+        file.delete.delay.ms, off the event loop (D10); unlinked now without a trash."""
+        if self._trash is None:
+            for seg in segments:
+                seg.delete()
+            return
+        self._trash.add([p for seg in segments for p in seg.retire()],
+                        self._clock() + self.config.file_delete_delay_ms)
+
     def truncate_fully_and_start_at(self, offset: int, *, reason: str = "truncate_fully_and_start_at") -> None:
         """Drop the whole log and restart it empty at `offset` (a follower
         whose LEO is below the leader's log start). Clears the epoch cache."""
@@ -567,8 +580,7 @@ class PartitionLog:
         with self._lock:
             self._check_open()
             self._read_hints.clear()
-            for seg in self._segments:
-                seg.delete()
+            self._retire(self._segments)
             new = LogSegment.create(self.directory, offset, self.config.index_interval_bytes)
             new.created_ms = self._clock()
             self._segments = [new]
@@ -646,8 +658,7 @@ class PartitionLog:
             doomed = self._segments[:deletable]
             del self._segments[:deletable]
             del self._bases[:deletable]
-            for seg in doomed:
-                seg.delete()
+            self._retire(doomed)
             self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
             self._recovery_point = max(self._recovery_point, self._log_start_offset)
             self.epoch_cache.truncate_from_start(self._log_start_offset)

@@ -27,6 +27,7 @@ class LogConfig:
     flush_messages: int = LONG_MAX               # flush.messages / log.flush.interval.messages
     flush_ms: int = LONG_MAX                     # flush.ms / log.flush.interval.ms
     max_message_bytes: int = 1048588             # max.message.bytes / message.max.bytes
+    file_delete_delay_ms: int = 60000            # file.delete.delay.ms / log.segment.delete.delay.ms
     # minibroker's own switch: fsync the log before an acks=all response is sent.
     flush_on_acks_all: bool = False              # minibroker.flush.on.acks.all
 
@@ -41,6 +42,7 @@ class LogConfig:
             (self.flush_messages >= 1, "flush.messages must be at least 1"),
             (self.flush_ms >= 0, "flush.ms must be >= 0"),
             (self.max_message_bytes >= 0, "max.message.bytes must be >= 0"),
+            (self.file_delete_delay_ms >= 0, "file.delete.delay.ms must be >= 0"),
         ]
         for ok, msg in checks:
             if not ok:
@@ -76,6 +78,7 @@ _TOPIC_NAMES = {
     "flush.messages": "flush_messages",
     "flush.ms": "flush_ms",
     "max.message.bytes": "max_message_bytes",
+    "file.delete.delay.ms": "file_delete_delay_ms",
     "minibroker.flush.on.acks.all": "flush_on_acks_all",
 }
 PROPERTY_NAMES: dict[str, str] = {
@@ -88,6 +91,7 @@ PROPERTY_NAMES: dict[str, str] = {
     "log.flush.interval.messages": "flush_messages",
     "log.flush.interval.ms": "flush_ms",
     "message.max.bytes": "max_message_bytes",
+    "log.segment.delete.delay.ms": "file_delete_delay_ms",
 }
 _BOOL_ATTRS = {f.name for f in fields(LogConfig) if f.type in ("bool", bool)}
 

@@ -17,7 +17,8 @@ Lifecycle (all blocking calls; run them before the event loop starts or via
 * while running: `get_or_create()` (on the loop: creating a log does no
   fsync), `checkpoint_high_watermarks()` every
   replica.high.watermark.checkpoint.interval.ms, `flush_due()` from a flusher
-  task, `checkpoint_offsets()` every log.flush.offset.checkpoint.interval.ms;
+  task, `checkpoint_offsets()` every log.flush.offset.checkpoint.interval.ms,
+  `trash.drain()` when a retired segment's file.delete.delay.ms has passed;
 * `shutdown()` flushes and closes every log, writes all checkpoints and
   finally the marker.
 """
@@ -37,6 +38,7 @@ from minibroker.storage.checkpoint import (
 )
 from minibroker.storage.log import PartitionLog, wall_clock_ms
 from minibroker.storage.log_config import LogConfig
+from minibroker.storage.trash import SegmentTrash
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
@@ -79,6 +81,8 @@ class LogManager:
         self._topic_config = topic_config
         self._sink = event_sink
         self._clock = clock or wall_clock_ms
+        # Every log's retired segment files, waiting for their delayed unlink (D10).
+        self.trash = SegmentTrash(self._clock)
         os.makedirs(self.data_dir, exist_ok=True)
         self._hw_file = OffsetCheckpointFile(os.path.join(self.data_dir, HIGH_WATERMARK_FILE))
         self._rp_file = OffsetCheckpointFile(os.path.join(self.data_dir, RECOVERY_POINT_FILE))
@@ -102,7 +106,8 @@ class LogManager:
             self._logs[tp] = PartitionLog(
                 os.path.join(self.data_dir, name), config,
                 recovery_point=recovery_points.get(tp, 0), log_start_offset=log_starts.get(tp, 0),
-                clean_shutdown=self.clean_shutdown, event_sink=self._sink, clock=self._clock)
+                clean_shutdown=self.clean_shutdown, event_sink=self._sink, clock=self._clock,
+                trash=self.trash)
         if self.clean_shutdown:
             os.unlink(self._marker)
             fsutil.fsync_dir(self.data_dir)
@@ -129,7 +134,7 @@ class LogManager:
             return log
         directory = os.path.join(self.data_dir, partition_dir_name(topic, partition))
         log = PartitionLog(directory, config or self.default_config, clean_shutdown=False,
-                           event_sink=self._sink, clock=self._clock)
+                           event_sink=self._sink, clock=self._clock, trash=self.trash)
         self._logs[tp] = log
         return log
 

@@ -25,6 +25,7 @@ from minibroker.storage.index import FD_LOCK, OffsetIndex, TimeIndex
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+DELETED_SUFFIX = ".deleted"          # a retired segment file waiting for its unlink (D10)
 _WALK_CHUNK = 16 * 1024
 _RECOVER_CHUNK = 4 * 1024 * 1024
 _I32_MAX = 2**31 - 1
@@ -447,14 +448,32 @@ class LogSegment:
         self.time_index.close()
 
     def delete(self) -> None:
+        """Close and unlink the segment's files now (blocking: unlinking frees their page cache)."""
+        for path in self.retire(rename=False):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    def retire(self, *, rename: bool = True) -> list[str]:
+        """Triggered when the segment leaves its log (retention, truncation): close its files for
+        good and rename them `*.deleted` (D10), cheap enough for the event loop. Returns the
+        paths to unlink later, off the loop (`SegmentTrash`)."""
         with FD_LOCK:
             self._closed = True
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
-        self.index.delete()
-        self.time_index.delete()
-        try:
-            os.unlink(self.log_path)
-        except FileNotFoundError:
-            pass
+        self.index.discard()
+        self.time_index.discard()
+        out = []
+        for path in (self.log_path, self.index.path, self.time_index.path):
+            if not rename:
+                out.append(path)
+                continue
+            try:
+                os.rename(path, path + DELETED_SUFFIX)
+            except FileNotFoundError:
+                continue
+            out.append(path + DELETED_SUFFIX)
+        return out

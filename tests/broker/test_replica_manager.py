@@ -566,3 +566,27 @@ async def test_a_new_empty_partition_gets_no_producer_snapshot_until_it_has_batc
     await broker.rm._snapshot_producers()
     assert read_snapshot(broker.part(0).log.directory) is None
     assert read_snapshot(broker.part(1).log.directory)["through"] == 1
+
+
+# ------------------------------------------------------------------ retention (D10)
+
+
+async def test_retention_retires_segments_and_unlinks_them_off_the_loop_after_file_delete_delay_ms(tmp_path):
+    b = await make_broker(tmp_path, {"log.retention.check.interval.ms": "20"})
+    await b.rm.start()
+    try:
+        b.setup(replicas=(1,), configs={"segment.bytes": "2000", "retention.bytes": "4000",
+                                        "file.delete.delay.ms": "300"})
+        for _ in range(20):
+            assert entries(await b.produce([b"x" * 200] * 2, acks=1))[0]["error"] == 0
+        part_dir = tmp_path / "data" / f"{T}-0"
+
+        def names(suffix: str) -> list[str]:
+            return [n for n in os.listdir(part_dir) if n.endswith(suffix)]
+        await until(lambda: names(".log.deleted"), "retention to retire a segment")
+        assert b.part().log.log_start_offset > 0
+        assert all(int(n[:20]) < b.part().log.log_start_offset for n in names(".deleted"))
+        await until(lambda: not names(".deleted") and len(b.lm.trash) == 0, "the delayed unlink")
+        assert sorted(int(n[:20]) for n in names(".log")) == b.part().log.segment_base_offsets
+    finally:
+        await b.close()

@@ -11,6 +11,8 @@ def test_defaults_match_kafka():
     assert (c.segment_bytes, c.segment_ms, c.index_interval_bytes) == (1 << 30, 604800000, 4096)
     assert (c.retention_bytes, c.retention_ms, c.max_message_bytes) == (-1, 604800000, 1048588)
     assert c.flush_messages == 2**63 - 1 and c.flush_ms == 2**63 - 1 and not c.flush_on_acks_all
+    assert c.file_delete_delay_ms == 60000
+    assert LogConfig.from_properties({"log.segment.delete.delay.ms": "0"}).file_delete_delay_ms == 0
 
 
 def test_topic_and_broker_property_names_map_to_fields():
@@ -23,7 +25,8 @@ def test_topic_and_broker_property_names_map_to_fields():
 
 @pytest.mark.parametrize("props", [{"segment.bytes": "abc"}, {"no.such": "1"}, {"segment.bytes": "10"},
                                    {"retention.ms": "-2"}, {"minibroker.flush.on.acks.all": "yes"},
-                                   {"flush.messages": "0"}, {"segment.bytes": True}])
+                                   {"flush.messages": "0"}, {"segment.bytes": True},
+                                   {"file.delete.delay.ms": "-1"}])
 def test_bad_values_are_invalid_config(props):
     with pytest.raises(KafkaError) as ei:
         LogConfig.from_properties(props)

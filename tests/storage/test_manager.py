@@ -164,3 +164,58 @@ def test_truncation_below_the_recovery_point_is_checkpointed_by_the_next_flusher
     m.flush_due()
     assert rp_file.read() == {("t", 0): 9}
     assert not log.recovery_point_lowered
+
+
+def _files(directory) -> list[str]:
+    return sorted(os.listdir(directory))
+
+
+def test_retention_renames_segments_deleted_and_the_trash_unlinks_them_after_the_delay_d10(tmp_path):
+    clock = ManualClock()
+    m = LogManager(str(tmp_path), LogConfig(segment_bytes=400, retention_bytes=900, file_delete_delay_ms=60_000),
+                   clock=clock)
+    log = m.get_or_create("orders", 0)
+    write_batches(log, [(3, 0)] * 20)
+    part_dir = tmp_path / "orders-0"
+    assert log.delete_old_segments() > 0
+    gone = [n for n in _files(part_dir) if n.endswith(".deleted")]
+    assert gone and all(n[:20].isdigit() and int(n[:20]) < log.log_start_offset for n in gone)
+    assert {n.split(".")[1] for n in gone} == {"log", "index", "timeindex"}
+    assert len(m.trash) == len(gone) and m.trash.ms_until_due() == 60_000
+    assert m.trash.drain(clock() + 59_999) == 0 and len(m.trash) == len(gone)
+    assert m.trash.drain(clock() + 60_000) == len(gone)
+    assert not [n for n in _files(part_dir) if n.endswith(".deleted")] and len(m.trash) == 0
+    assert log.log_start_offset == log.segment_base_offsets[0]
+    m.shutdown()
+
+
+def test_truncation_retires_later_segments_through_the_trash_too(tmp_path):
+    m = LogManager(str(tmp_path), LogConfig(segment_bytes=400, file_delete_delay_ms=0), clock=ManualClock())
+    log = m.get_or_create("orders", 0)
+    write_batches(log, [(3, 0)] * 20)
+    first_bases = log.segment_base_offsets
+    log.truncate_to(first_bases[1])
+    assert log.segment_base_offsets == first_bases[:2] or log.segment_base_offsets == first_bases[:1]
+    retired = {int(n[:20]) for n in _files(tmp_path / "orders-0") if n.endswith(".log.deleted")}
+    assert retired == set(first_bases[len(log.segment_base_offsets):])
+    write_batches(log, [(3, 0)] * 20)      # the log grows again over the retired bases: new files, untouched
+    m.trash.drain(10**15)
+    names = _files(tmp_path / "orders-0")
+    assert not [n for n in names if n.endswith(".deleted")]
+    assert all(f"{b:020d}.log" in names for b in log.segment_base_offsets)
+    m.shutdown()
+
+
+def test_a_restart_removes_retired_files_whose_unlink_never_ran_d10(tmp_path):
+    m = LogManager(str(tmp_path), LogConfig(segment_bytes=400, retention_bytes=900), clock=ManualClock())
+    log = m.get_or_create("orders", 0)
+    write_batches(log, [(3, 0)] * 20)
+    log.delete_old_segments()
+    start, leo = log.log_start_offset, log.log_end_offset
+    assert [n for n in _files(tmp_path / "orders-0") if n.endswith(".deleted")]
+    abandon(log)                                # a crash: the trash's 60 s never passed
+    m2 = LogManager(str(tmp_path), LogConfig(segment_bytes=400, retention_bytes=900))
+    log2 = m2.get("orders", 0)
+    assert not [n for n in _files(tmp_path / "orders-0") if n.endswith(".deleted")]
+    assert log2.log_end_offset == leo and log2.segment_base_offsets[0] == start
+    m2.shutdown()

@@ -38,6 +38,13 @@ def produce_batched(kafka_bootstrap: str, topic: str, count: int, size: int,
     p = Producer(conf)
     p.list_topics(topic, timeout=30)                     # connections and metadata before the clock starts
     value = b"c" * size
+    # One acknowledged record first, as minibroker's batched run sends one: the topic is new, and
+    # until every broker has applied its metadata a produce may meet NOT_LEADER_OR_FOLLOWER, which
+    # librdkafka answers with a metadata refresh and retry.backoff.ms; that wait is not throughput.
+    warm_failed = []
+    p.produce(topic, value, partition=0, on_delivery=lambda err, _m: warm_failed.append(err) if err else None)
+    if p.flush(30) or warm_failed:
+        raise RuntimeError(f"confluent-kafka could not write its first record: {warm_failed or 'timed out'}")
     produce, poll = p.produce, p.poll
     start = time.perf_counter()
     for i in range(count):

@@ -204,22 +204,25 @@ class ReplicaManager:
         wake = asyncio.Event()
         loop = self._running_loop()
         trash.on_add = lambda: loop.call_soon_threadsafe(wake.set)
-        while True:
-            wake.clear()
-            delay_ms = trash.ms_until_due()
-            if delay_ms is None:
-                await wake.wait()
-                continue
-            if delay_ms > 0:
+        try:
+            while True:
+                wake.clear()
+                delay_ms = trash.ms_until_due()
+                if delay_ms is None:
+                    await wake.wait()
+                    continue
+                if delay_ms > 0:
+                    try:
+                        await asyncio.wait_for(wake.wait(), delay_ms / 1000)    # an earlier one may arrive
+                    except TimeoutError:
+                        pass
+                    continue
                 try:
-                    await asyncio.wait_for(wake.wait(), delay_ms / 1000)    # an earlier one may arrive
-                except TimeoutError:
-                    pass
-                continue
-            try:
-                await asyncio.to_thread(trash.drain)
-            except Exception:
-                log.exception("unlinking retired segment files failed")
+                    await asyncio.to_thread(trash.drain)
+                except Exception:
+                    log.exception("unlinking retired segment files failed")
+        finally:
+            trash.on_add = None         # stopped: what is retired from now on waits for the next start's loader
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         """The loop the handlers run on, asked once (each asyncio.get_running_loop() is a getpid() on 3.11)."""

@@ -23,6 +23,7 @@ import tempfile
 import time
 
 from minibroker.bench.e2e import end_to_end
+from minibroker.bench.runner import BENCH_BROKER_CONFIGS, E2E_TOPIC_CONFIGS
 from minibroker.client.producer import Producer
 from minibroker.bench.partitions import cpu_s
 from minibroker.cli.common import run_async
@@ -55,7 +56,7 @@ async def sweep(cluster: LocalCluster, rates: list[float], seconds: float, linge
     async with Admin(cluster.bootstrap) as admin:
         for i, rate in enumerate(rates):
             topic = f"e2e-{i}"
-            await admin.create_topic(topic, -1, -1, {"min.insync.replicas": "2"}, assignments=[[1, 2, 3]])
+            await admin.create_topic(topic, -1, -1, E2E_TOPIC_CONFIGS, assignments=[[1, 2, 3]])
             if rtts_ms is not None and records is not None:
                 rtts_ms.clear()
                 records.clear()
@@ -90,7 +91,7 @@ def main() -> int:
         time_requests(rtts_ms, records)
     rates = [float(r) for r in args.rates.split(",")]
     with tempfile.TemporaryDirectory(prefix="minibroker-e2e-") as tmp:
-        cluster = LocalCluster.create(tmp + "/cluster", free_ports=True, proxied=False)
+        cluster = LocalCluster.create(tmp + "/cluster", free_ports=True, proxied=False, overrides=BENCH_BROKER_CONFIGS)
         try:
             run_async(cluster.up())
             run_async(sweep(cluster, rates, args.seconds, args.linger_ms, rtts_ms, records))

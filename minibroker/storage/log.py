@@ -15,7 +15,8 @@ duplicated fds of a snapshot taken under `_lock`.
 
 Durability (Kafka's default, D9): appends go to the page cache; nothing is
 fsynced per write. `needs_flush(now_ms)` says when `flush.messages`,
-`flush.ms` or a segment roll call for a flush; the recovery point advances
+`flush.ms` or a segment roll call for a flush, `due_flush_offset(now_ms)`
+how far (a roll alone: up to the new segment); the recovery point advances
 only when a flush completes. With `flush_on_acks_all`, the broker calls
 `flush(last_offset + 1)` before answering an acks=all produce.
 
@@ -682,6 +683,21 @@ class PartitionLog:
             return True
         now = self._clock() if now_ms is None else now_ms
         return now - self._last_flush_ms >= self.config.flush_ms
+
+    def due_flush_offset(self, now_ms: int | None = None) -> int | None:
+        """Where the flush that `needs_flush` calls for should reach, None when none is due:
+        the LEO when flush.messages or flush.ms is due; when only a roll is, the base of the
+        segment it started (D9, Kafka's flushUptoOffsetExclusive(newSegment.baseOffset)), so
+        the active segment is not fsynced while the loop appends to it."""
+        if not self.needs_flush(now_ms):
+            return None
+        roll = self._roll_flush_pending
+        unflushed = self.log_end_offset - self._recovery_point
+        if roll is None or unflushed >= self.config.flush_messages or (
+                unflushed > 0 and (self._clock() if now_ms is None else now_ms) - self._last_flush_ms
+                >= self.config.flush_ms):
+            return self.log_end_offset
+        return roll
 
     def flush(self, up_to: int | None = None) -> int:
         """fsync the log up to offset `up_to` (default: the LEO), after writing

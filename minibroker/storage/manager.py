@@ -203,8 +203,9 @@ class LogManager:
         for tp, log in self.logs():
             if log.closed:
                 continue
-            if log.needs_flush(now_ms):
-                log.flush()
+            target = log.due_flush_offset(now_ms)
+            if target is not None:
+                log.flush(target)
                 flushed.append(tp)
             elif log.epoch_checkpoint_due:
                 log.persist_epoch_cache()

@@ -88,6 +88,22 @@ def test_flush_due_flushes_by_policy_and_persists_dirty_epoch_caches(tmp_path):
     assert a.recovery_point == 2
 
 
+def test_a_roll_flushes_the_rolled_segments_only_and_a_due_policy_the_whole_log_d9(tmp_path):
+    clock = ManualClock()
+    m = LogManager(str(tmp_path), LogConfig(segment_bytes=400, flush_ms=60_000), clock=clock)
+    log = m.get_or_create("orders", 0)
+    write_batches(log, [(3, 0)] * 12)
+    active_base = log.segment_base_offsets[-1]
+    assert 0 < active_base < log.log_end_offset            # rolled, and the active segment holds data
+    assert log.due_flush_offset(clock.now) == active_base
+    assert m.flush_due(clock.now) == [("orders", 0)]
+    assert log.recovery_point == active_base                # the active segment was not fsynced
+    assert log.due_flush_offset(clock.now) is None
+    assert log.due_flush_offset(clock.now + 60_000) == log.log_end_offset
+    assert m.flush_due(clock.now + 60_000) == [("orders", 0)] and log.recovery_point == log.log_end_offset
+    m.shutdown()
+
+
 def test_per_topic_config_at_load_and_on_get_or_create(tmp_path):
     m = LogManager(str(tmp_path))
     m.get_or_create("small", 0, LogConfig(segment_bytes=300))

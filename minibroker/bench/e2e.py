@@ -19,7 +19,7 @@ each new page costs a host fault inside the write's copy: 420 MB/s into new memo
 against 4.3 GB/s into reused pages with a plain `os.write` loop, `copy_folio_from_iter_atomic`
 went from 1.6 % to 23-26 % of all CPU (`perf record -a`) and p99 from 5 ms to 20-130 ms
 from one run to the next. A broker that has run for a while recycles its page cache;
-bounded retention measures that steady state (followers' system time stayed at 0.24 s
+bounded retention measures that steady state (followers' system time stayed at 0.21-0.29 s
 per run instead of growing to 1 s). Appends that still land on returned memory show as
 1.5-4.5 ms writes of a 256 KB batch on the event loop (`perf trace --duration`).
 

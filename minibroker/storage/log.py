@@ -671,33 +671,20 @@ class PartitionLog:
     # ------------------------------------------------------------ durability
 
     def needs_flush(self, now_ms: int | None = None) -> bool:
-        """Whether the flush policy calls for `flush()` now: a rolled segment
-        waits for its flush, flush.messages unflushed offsets, or flush.ms
-        since the last flush with unflushed data."""
-        unflushed = self.log_end_offset - self._recovery_point
-        if self._roll_flush_pending is not None:
-            return True
-        if unflushed <= 0:
-            return False
-        if unflushed >= self.config.flush_messages:
-            return True
-        now = self._clock() if now_ms is None else now_ms
-        return now - self._last_flush_ms >= self.config.flush_ms
+        """Whether the flush policy calls for `flush()` now (see `due_flush_offset`)."""
+        return self.due_flush_offset(now_ms) is not None
 
     def due_flush_offset(self, now_ms: int | None = None) -> int | None:
-        """Where the flush that `needs_flush` calls for should reach, None when none is due:
-        the LEO when flush.messages or flush.ms is due; when only a roll is, the base of the
-        segment it started (D9, Kafka's flushUptoOffsetExclusive(newSegment.baseOffset)), so
-        the active segment is not fsynced while the loop appends to it."""
-        if not self.needs_flush(now_ms):
-            return None
-        roll = self._roll_flush_pending
+        """How far the flush the policy calls for now should reach, None when none is due: the
+        LEO when flush.messages unflushed offsets or flush.ms since the last flush with unflushed
+        data call for one; when only a roll does, the base of the segment it started (D9, Kafka's
+        flushUptoOffsetExclusive(newSegment.baseOffset)), so the active segment is not fsynced
+        while the loop appends to it."""
         unflushed = self.log_end_offset - self._recovery_point
-        if roll is None or unflushed >= self.config.flush_messages or (
-                unflushed > 0 and (self._clock() if now_ms is None else now_ms) - self._last_flush_ms
-                >= self.config.flush_ms):
+        if unflushed > 0 and (unflushed >= self.config.flush_messages or (
+                (self._clock() if now_ms is None else now_ms) - self._last_flush_ms >= self.config.flush_ms)):
             return self.log_end_offset
-        return roll
+        return self._roll_flush_pending
 
     def flush(self, up_to: int | None = None) -> int:
         """fsync the log up to offset `up_to` (default: the LEO), after writing

@@ -449,16 +449,31 @@ class LogSegment:
 
     def delete(self) -> None:
         """Close and unlink the segment's files now (blocking: unlinking frees their page cache)."""
-        for path in self.retire(rename=False):
+        self._close_for_good()
+        for path in self._paths():
             try:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
 
-    def retire(self, *, rename: bool = True) -> list[str]:
+    def retire(self) -> list[str]:
         """Triggered when the segment leaves its log (retention, truncation): close its files for
         good and rename them `*.deleted` (D10), cheap enough for the event loop. Returns the
         paths to unlink later, off the loop (`SegmentTrash`)."""
+        self._close_for_good()
+        out = []
+        for path in self._paths():
+            try:
+                os.rename(path, path + DELETED_SUFFIX)
+            except FileNotFoundError:
+                continue
+            out.append(path + DELETED_SUFFIX)
+        return out
+
+    def _paths(self) -> tuple[str, str, str]:
+        return self.log_path, self.index.path, self.time_index.path
+
+    def _close_for_good(self) -> None:
         with FD_LOCK:
             self._closed = True
             if self._fd >= 0:
@@ -466,14 +481,3 @@ class LogSegment:
                 self._fd = -1
         self.index.discard()
         self.time_index.discard()
-        out = []
-        for path in (self.log_path, self.index.path, self.time_index.path):
-            if not rename:
-                out.append(path)
-                continue
-            try:
-                os.rename(path, path + DELETED_SUFFIX)
-            except FileNotFoundError:
-                continue
-            out.append(path + DELETED_SUFFIX)
-        return out

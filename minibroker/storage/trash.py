@@ -6,8 +6,9 @@ the event loop (a rename costs microseconds) and hand the new paths here; the
 unlink, which frees the file's page cache (milliseconds for a 32 MB segment),
 happens in `drain`, from a worker thread. Must not know about the event loop,
 partitions or configs: its owner reads `ms_until_due()`, arms a timer and
-calls `drain()` off the loop. Due times are on the clock the logs use. Paths left here by a crash are `*.deleted` files
-that the loader removes at the next start.
+calls `drain()` off the loop. Due times are on the clock the logs use. Paths
+left here by a crash are `*.deleted` files that the loader removes at the next
+start.
 """
 from __future__ import annotations
 
@@ -52,8 +53,8 @@ class SegmentTrash:
             return len(self._heap)
 
     def drain(self, now_ms: int | None = None) -> int:
-        """Blocking (a worker thread): unlink every path due by `now_ms` (default: now). A path already gone
-        (its directory deleted with its topic) is skipped; one that cannot be unlinked stays
+        """Blocking (a worker thread): unlink every path due by `now_ms` (default: now). A path
+        already gone (its directory deleted with its topic) is skipped; one that cannot be unlinked stays
         on disk as `*.deleted` for the loader to remove at the next start. Returns how many
         were unlinked."""
         now = self._clock() if now_ms is None else now_ms

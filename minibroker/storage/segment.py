@@ -439,11 +439,7 @@ class LogSegment:
     def close(self) -> None:
         if not self._closed:
             self.on_become_inactive()
-            with FD_LOCK:
-                self._closed = True
-                if self._fd >= 0:
-                    os.close(self._fd)
-                    self._fd = -1
+            self._close_log_fd()
         self.index.close()
         self.time_index.close()
 
@@ -474,10 +470,13 @@ class LogSegment:
         return self.log_path, self.index.path, self.time_index.path
 
     def _close_for_good(self) -> None:
+        self._close_log_fd()
+        self.index.discard()
+        self.time_index.discard()
+
+    def _close_log_fd(self) -> None:
         with FD_LOCK:
             self._closed = True
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
-        self.index.discard()
-        self.time_index.discard()

@@ -78,6 +78,9 @@ class _Transport:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
+    def writelines(self, parts: Any) -> None:
+        self.write(b"".join(parts))
+
     async def response(self) -> dict:
         while not self._responses:
             self._waiter = asyncio.get_running_loop().create_future()

@@ -1,7 +1,7 @@
 """Delayed operations ("purgatory"): parked acks=all produces and long-poll fetches.
 
 Owns: the bookkeeping of requests that wait for something to happen on a
-partition, and waking them. A `DelayedProduce` waits for the leader core to
+partition, and telling them. A `DelayedProduce` waits for the leader core to
 resolve each of its partitions (the core decides when: `Decision.completed`);
 a `DelayedFetch` waits until enough bytes are readable on its partitions, or
 until a partition's state changes (leadership, epoch, truncation, removal).
@@ -9,19 +9,20 @@ Every such notification is also counted (`changes`) and its partition kept in
 a bounded log (`changed_since`), so a replica fetch session can tell which of
 its quiet partitions moved since its last Fetch without looking at each.
 
-Must not know: replication rules, the log, or the wire format. Timeouts and
-connection death are the awaiting handler's business: it awaits `wait()`,
-which ends at the deadline, and is cancelled with its connection (the request
-server cancels in-flight handlers), after which `close()` unregisters it.
-Wakeups are O(parked operations on that partition), never a scan.
+Must not know: replication rules, the log, the wire format, the event loop.
+An operation is completed by calling its `on_complete` once (Kafka's
+DelayedOperation.onComplete); the driver decides what that does and when it
+runs (the replica manager queues it until the request that caused it has been
+handled, as Kafka's ActionQueue), times operations out, and unregisters them
+(`close`) when they complete or their connection dies. Wakeups are
+O(parked operations on that partition), never a scan.
 """
 from __future__ import annotations
 
-import asyncio
 import itertools
 from collections import deque
 from typing import Any
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 
 from minibroker.errors import ErrorCode
 
@@ -52,23 +53,27 @@ class ProduceWaiter:
             self.entry["message"] = code.name
         op = self.op
         op.remaining -= 1
-        if op.remaining <= 0 and not op.future.done():
-            op.future.set_result(None)
+        if op.remaining <= 0 and op.armed:
+            op.complete()
 
 
 class DelayedProduce:
     """One acks=all produce request waiting for its partitions' HWs.
 
-    Invariant: `remaining` counts waiters not yet completed; the future is
-    resolved exactly when it reaches 0.
+    Invariant: `remaining` counts waiters not yet completed; `on_complete` runs
+    exactly once, when it is 0 after `arm` (every waiter added), or at the
+    driver's `complete` (the deadline); entries not resolved then stay
+    REQUEST_TIMED_OUT.
     """
 
-    __slots__ = ("future", "remaining", "waiters")
+    __slots__ = ("remaining", "waiters", "armed", "done", "on_complete")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        self.future: asyncio.Future[None] = (loop or asyncio.get_running_loop()).create_future()
+    def __init__(self, on_complete: Callable[[], None]) -> None:
         self.remaining = 0
         self.waiters: list[ProduceWaiter] = []
+        self.armed = False
+        self.done = False
+        self.on_complete = on_complete
 
     def add(self, entry: dict[str, Any], key: PartitionKey) -> ProduceWaiter:
         entry["error"] = int(ErrorCode.REQUEST_TIMED_OUT)
@@ -77,25 +82,20 @@ class DelayedProduce:
         self.remaining += 1
         return w
 
-    async def wait(self, timeout_ms: int) -> bool:
-        """Wait until every partition resolved or `timeout_ms` passed. Returns
-        whether everything resolved; unresolved entries stay REQUEST_TIMED_OUT."""
+    def arm(self) -> None:
+        """Every partition's waiter is added: complete once they are all resolved (now, if they are)."""
+        self.armed = True
         if self.remaining <= 0:
-            return True
-        timer = self.future.get_loop().call_later(max(timeout_ms, 0) / 1000, _expire, self.future)
-        try:
-            await self.future
-        finally:
-            timer.cancel()
-        return self.remaining <= 0
+            self.complete()
+
+    def complete(self) -> None:
+        """Every partition resolved, or the deadline passed."""
+        if not self.done:
+            self.done = True
+            self.on_complete()
 
     def pending(self) -> list[ProduceWaiter]:
         return [w for w in self.waiters if not w.done]
-
-
-def _expire(fut: asyncio.Future) -> None:
-    if not fut.done():
-        fut.set_result(None)
 
 
 class DelayedFetch:
@@ -104,23 +104,29 @@ class DelayedFetch:
     HW moves. Any state change on a watched partition completes it.
 
     Invariant: `accumulated` is the bytes known readable beyond what the
-    initial read returned; the future resolves once it reaches `needed` or on
-    a state change, deadline or shutdown.
+    initial read returned; `on_complete` runs exactly once: when it reaches
+    `needed`, on a state change, or at the driver's `complete` (deadline,
+    shutdown).
     """
 
-    __slots__ = ("future", "needed", "accumulated", "follower", "keys", "changed")
-    active = True                   # parked for as long as it is watched
+    __slots__ = ("needed", "accumulated", "follower", "keys", "changed", "done", "on_complete")
 
     def __init__(self, keys: list[PartitionKey], needed: int, follower: bool,
-                 loop: asyncio.AbstractEventLoop | None = None) -> None:
-        self.future: asyncio.Future[None] = (loop or asyncio.get_running_loop()).create_future()
+                 on_complete: Callable[[], None]) -> None:
         self.keys = keys
         self.needed = needed
         self.accumulated = 0
         self.follower = follower
+        self.done = False
+        self.on_complete = on_complete
         # Invariant: the watched keys notified (append, HW move, state change) since `watch`;
         # None once unknown (shutdown).
         self.changed: set[PartitionKey] | None = set()
+
+    @property
+    def active(self) -> bool:
+        """Parked, not completed yet (a completed one may wait for `close` a little)."""
+        return not self.done
 
     def add_bytes(self, n: int | None) -> None:
         """`n` more bytes became readable (None: unknown, assume enough)."""
@@ -132,17 +138,9 @@ class DelayedFetch:
             self.complete()
 
     def complete(self) -> None:
-        if not self.future.done():
-            self.future.set_result(None)
-
-    async def wait(self, max_wait_ms: int) -> None:
-        if self.future.done():
-            return
-        timer = self.future.get_loop().call_later(max(max_wait_ms, 0) / 1000, _expire, self.future)
-        try:
-            await self.future
-        finally:
-            timer.cancel()
+        if not self.done:
+            self.done = True
+            self.on_complete()
 
 
 class StandingWatch:
@@ -161,7 +159,7 @@ class StandingWatch:
 
     @property
     def active(self) -> bool:
-        return self.op is not None
+        return self.op is not None and not self.op.done
 
     @property
     def changed(self) -> set[PartitionKey] | None:

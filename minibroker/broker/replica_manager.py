@@ -23,21 +23,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from minibroker.clock import now_ms as wall_now_ms
 from minibroker.broker.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchSession, FetchSessionCache
 from minibroker.broker.fetcher import FetcherManager, FetcherSettings
 from minibroker.broker.partition import FOLLOWER, LEADER, NONE, Partition, ReadResult
-from minibroker.broker.purgatory import DelayedFetch, DelayedProduce, FetchPurgatory, StandingWatch
+from minibroker.broker.purgatory import DelayedFetch, DelayedProduce, FetchPurgatory, ProduceWaiter, StandingWatch
 from minibroker.config import Config, ConfigError
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.events import Event, EventSink
 from minibroker.limits import clamp_batch_size, fetch_records_budget
 from minibroker.records import is_compressed
 from minibroker.metadata import NO_LEADER, BrokerRecord, PartitionRecord
+from minibroker.net.reply import Reply
 from minibroker.net.server import RequestContext
 from minibroker.protocol.api import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 from minibroker.replication import Decision, PartitionLeader, profile_by_name
@@ -92,6 +94,98 @@ def _produce_entry(partition: int, code: int, message: str = "") -> dict[str, An
             "message": message}
 
 
+
+class _ParkedProduce:
+    """An acks=all produce parked until the leader cores resolve its partitions (Kafka's
+    DelayedProduce with its response callback): the waiters it registered, its deadline
+    and its Reply. Invariant: `registered` holds the (core, waiter) pairs still to
+    unregister; the Reply completes once, after they are."""
+
+    __slots__ = ("rm", "resp", "reply", "delayed", "registered", "timer")
+
+    def __init__(self, rm: ReplicaManager, resp: dict) -> None:
+        self.rm = rm
+        self.resp = resp
+        self.reply = Reply(on_cancel=self._unregister)
+        self.delayed = DelayedProduce(self._resolved)
+        self.registered: list[tuple[PartitionLeader, ProduceWaiter]] = []
+        self.timer: asyncio.TimerHandle | None = None
+
+    def _resolved(self) -> None:
+        """Every partition resolved, or the deadline passed: answer once the handler that did it ends."""
+        self.rm._defer(self._answer)
+
+    def _answer(self) -> None:
+        self._unregister()
+        self.reply.complete(self.resp)
+
+    def _unregister(self) -> None:
+        """Answered, or its connection closed: the cores forget its waiters; it never answers again.
+        Its DelayedProduce lets go of it (the completion callback was a reference cycle)."""
+        self.delayed.done = True
+        self.delayed.on_complete = _nothing
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        for core, w in self.registered:
+            if not w.done:
+                core.remove_waiter(w)
+        self.registered = []
+
+    def expire(self) -> None:
+        """timeout_ms passed: answer with what resolved (the rest REQUEST_TIMED_OUT, P5)."""
+        self.timer = None
+        rm = self.rm
+        rm._depth += 1
+        try:
+            self.delayed.complete()
+        finally:
+            rm._leave()
+
+
+_NOTHING: frozenset[Any] = frozenset()
+
+
+def _nothing() -> None:
+    pass
+
+
+class _FetchCall:
+    """One Fetch on its way through `ReplicaManager.handle_fetch`'s steps: read, maybe park,
+    re-read what moved, answer. Invariant: `later` is the pending timer (max_wait_ms) or next
+    slice of this Fetch, if any; `op` its registered DelayedFetch while parked."""
+
+    __slots__ = ("body", "replica_id", "reply", "requests", "session", "full", "stamps", "results", "total",
+                 "respond_now", "skipped", "moved", "changes_before", "op", "standing", "later", "during_read",
+                 "now", "room", "budget", "changed")
+
+    def __init__(self, body: dict, replica_id: int) -> None:
+        self.body = body
+        self.replica_id = replica_id
+        self.reply: Reply = _NO_REPLY
+        self.requests: list[tuple[str, dict]] = []
+        self.session: FetchSession | None = None
+        self.full = True
+        self.stamps: list[tuple[Any, ...] | None] | None = None     # replica fetches: each read's state
+        self.results: list[ReadResult] = []
+        self.total = 0
+        self.respond_now = False
+        self.skipped = False                # quiet partitions are left out of `requests`
+        self.moved: frozenset[Any] | set[Any] = _NOTHING
+        self.changes_before = 0
+        self.op: DelayedFetch | None = None
+        self.standing: StandingWatch | None = None
+        self.later: asyncio.Handle | None = None
+        self.during_read: set[Any] | None = None
+        self.now = 0
+        self.room = 0
+        self.budget = 0
+        self.changed: set[Any] | None = None
+
+
+_NO_REPLY = Reply.of(None)
+
+
 class ReplicaManager:
     """Invariant: `_partitions` holds exactly the replicas this broker hosts
     per the metadata applied so far; a partition is in the fetchers exactly
@@ -142,6 +236,13 @@ class ReplicaManager:
         self._timers: list[asyncio.Task] = []
         self._loop: asyncio.AbstractEventLoop | None = None      # Invariant: None or the loop handlers last ran on
         self._closed = False
+        # Completions deferred until the handler that caused them ends (`_defer`). Invariant: `_depth`
+        # counts the handlers (and steps of them) running now; while it is 0 and `_actions` is not empty,
+        # `_actions_soon` is set (a loop callback will run them) or `_acting` is (they are running).
+        self._actions: deque[Callable[[], None]] = deque()
+        self._depth = 0
+        self._acting = False
+        self._actions_soon = False
 
     # ================================================================ lifecycle
 
@@ -588,88 +689,176 @@ class ReplicaManager:
     def on_follower_truncated(self, part: Partition) -> None:
         self.purgatory.on_state_change(part.key)
 
+    # ================================================================ completions
+
+    def _defer(self, action: Callable[[], None]) -> None:
+        """Triggered when a delayed request can complete (a parked fetch woken, an acks=all produce
+        resolved): it runs after the handler that caused it has finished, never inside it (Kafka's
+        ActionQueue), so a completion never sees a handler's half-made change and never dispatches
+        into it. At that handler's end, or on the loop's next turn when no handler is running."""
+        self._actions.append(action)
+        if not self._depth and not self._acting and not self._actions_soon:
+            self._actions_soon = True
+            self._running_loop().call_soon(self._run_actions_soon)
+
+    def _run_actions_soon(self) -> None:
+        self._actions_soon = False
+        self._run_actions()
+
+    def _leave(self) -> None:
+        """A handler (or a step of one) ends: the completions it caused run now."""
+        self._depth -= 1
+        if not self._depth and self._actions:
+            self._run_actions()
+
+    def _run_actions(self) -> None:
+        """Each deferred completion in turn; one that a completion defers runs in the same pass.
+        A handler may run them early, where its own state is complete (a produce once appended, a
+        fetch once read): a completion only reads and answers (the request server admits the
+        requests an answer lets in on a later turn), so it cannot change what the handler holds.
+        Not re-entered."""
+        if self._acting:
+            return
+        self._acting = True
+        try:
+            actions = self._actions
+            while actions:
+                action = actions.popleft()
+                try:
+                    action()
+                except Exception:
+                    log.exception("completing a delayed request failed")
+        finally:
+            self._acting = False
+
     # ================================================================ Produce
 
-    async def handle_produce(self, ctx: RequestContext, body: dict) -> dict | None:
+    def handle_produce(self, ctx: RequestContext | None, body: dict) -> Reply | Awaitable[dict | None]:
         """P1-P8, along Kafka's ReplicaManager.appendRecords seams: the acks value is
         validated once (isValidRequiredAcks), each partition appended (appendToLocalLog,
         with the core's min-ISR check), then a delayed produce is parked only when
         required (delayedProduceRequestRequired: acks=-1 and some partition appended).
         acks=0: no response, and a failed partition closes the connection; acks=1:
         answer after the local append; acks=-1: until the core resolves every appended
-        partition or timeout_ms passes."""
+        partition or timeout_ms passes.
+
+        A produce of fewer than REQUEST_SLICE partitions, none compressed, whose connection
+        has no earlier produce still appending, appends in this call (the common case);
+        the others append in `_produce_slowly`, which yields to the loop between pieces."""
+        conn = ctx.conn if ctx is not None else None
+        before = getattr(conn, "produce_appending", None)
+        if (before is not None and not before.done()) or not _appends_at_once(body["topics"]):
+            # One connection's produces append in arrival order, as Kafka handles a connection's requests
+            # one at a time: this one may yield while it appends, so the next waits for it (from now:
+            # the next may arrive before the task that appends this one first runs).
+            appending: asyncio.Future[None] | None = None
+            if conn is not None:
+                appending = self._running_loop().create_future()
+                conn.produce_appending = appending
+            return self._produce_slowly(ctx, appending, before, body)
+        self._depth += 1
+        try:
+            acks = body["acks"]
+            valid_acks = acks in (-1, 0, 1)
+            now = self.clock()
+            topics_out: list[dict] = []
+            appended: list[_LocalAppend] = []
+            failed = False
+            for t in body["topics"]:
+                plist = []
+                for p in t["partitions"]:
+                    entry = self._append_entry(t["topic"], p, acks, valid_acks, now, appended)
+                    failed = failed or entry["error"] != 0
+                    plist.append(entry)
+                topics_out.append({"topic": t["topic"], "partitions": plist})
+            self._run_actions()                 # the fetches the append woke answer first
+            return self._after_append(ctx, body, now, topics_out, appended, failed)
+        finally:
+            self._leave()
+
+    async def _produce_slowly(self, ctx: RequestContext | None, appending: asyncio.Future[None] | None,
+                              before: asyncio.Future[None] | None, body: dict) -> dict | None:
+        """`handle_produce` for a produce that may yield while it appends (many partitions, a compressed
+        batch, an earlier produce of its connection still appending): after `before`, the connection's
+        previous produce; `appending` is resolved once this one has appended."""
         acks = body["acks"]
         valid_acks = acks in (-1, 0, 1)
         topics_out: list[dict] = []
         appended: list[_LocalAppend] = []
-        done = 0
-        conn = ctx.conn if ctx is not None else None
-        # One connection's produces append in arrival order, as Kafka handles a connection's requests
-        # one at a time: this one may yield below (a slice, a compressed batch), the next may not.
-        before = getattr(conn, "produce_appending", None)
-        appending: asyncio.Future[None] | None = None
-        if conn is not None:
-            appending = self._running_loop().create_future()
-            conn.produce_appending = appending
+        failed = False
         try:
             if before is not None and not before.done():
                 await asyncio.shield(before)
             now = self.clock()
-            done = await self._append_all(body, acks, valid_acks, now, topics_out, appended)
+            done = 0
+            for t in body["topics"]:
+                plist = []
+                for p in t["partitions"]:
+                    done += 1
+                    if done % REQUEST_SLICE == 0 or is_compressed(p["records"]):
+                        # issue 10: no request holds the loop; a compressed batch's check may
+                        # decompress up to 16 x max.message.bytes, so each gets its own turn
+                        await asyncio.sleep(0)
+                    self._depth += 1
+                    try:
+                        entry = self._append_entry(t["topic"], p, acks, valid_acks, now, appended)
+                    finally:
+                        self._leave()
+                    failed = failed or entry["error"] != 0
+                    plist.append(entry)
+                topics_out.append({"topic": t["topic"], "partitions": plist})
         finally:
             if appending is not None and not appending.done():
                 appending.set_result(None)
-        failed = done < 0
+        return await self._after_append(ctx, body, now, topics_out, appended, failed)
+
+    def _append_entry(self, topic: str, p: dict, acks: int, valid_acks: bool, now: int,
+                      appended: list[_LocalAppend]) -> dict:
+        """One partition of a Produce: its response entry; an append joins `appended`."""
+        if not valid_acks:
+            return _produce_entry(p["partition"], ErrorCode.INVALID_REQUIRED_ACKS,
+                                  f"acks must be -1, 0 or 1, not {acks}")
+        res = self._append_to_local_log(topic, p, acks, now)
+        if res.part is not None:
+            appended.append(res)
+        return res.entry
+
+    def _after_append(self, ctx: RequestContext | None, body: dict, now: int, topics_out: list[dict],
+                      appended: list[_LocalAppend], failed: bool) -> Reply | Awaitable[dict | None]:
+        """What a Produce does once its partitions are appended: flush them when the topic or broker
+        says so (then answer from a task), else answer at once (acks=0 or 1) or park (acks=-1)."""
+        acks = body["acks"]
         flushes = [(r.part, r.next_offset, r.entry) for r in appended
                    if r.part is not None and (self.fsync_before_ack or
                                               (acks == -1 and r.part.log.config.flush_on_acks_all))]
+        if flushes:
+            return self._flush_then_answer(ctx, body, now, topics_out, appended, failed, flushes)
         if acks == 0:
-            if failed:
+            if failed and ctx is not None:
                 ctx.conn.abort("acks=0 produce failed on a partition; closing so the client refreshes metadata")
-            elif flushes:
+            return Reply.of(None)
+        return self._maybe_delay_produce(acks, appended, now, body["timeout_ms"], {"topics": topics_out})
+
+    async def _flush_then_answer(self, ctx: RequestContext | None, body: dict, now: int, topics_out: list[dict],
+                                 appended: list[_LocalAppend], failed: bool,
+                                 flushes: list[tuple[Partition, int, dict]]) -> dict | None:
+        acks = body["acks"]
+        if acks == 0:
+            if failed and ctx is not None:
+                ctx.conn.abort("acks=0 produce failed on a partition; closing so the client refreshes metadata")
+            else:
                 await self._flush_all(flushes)
             return None
-        delayed, registered = self._maybe_delay_produce(acks, appended, now)
-        flush_errors: list[tuple[dict, int, str]] = []
+        reply = self._maybe_delay_produce(acks, appended, now, body["timeout_ms"], {"topics": topics_out})
         try:
-            if flushes:
-                flush_errors = await self._flush_all(flushes)
-            if delayed is not None:
-                await delayed.wait(body["timeout_ms"])
-        finally:
-            for core, w in registered:
-                if not w.done:
-                    core.remove_waiter(w)
+            flush_errors = await self._flush_all(flushes)
+            resp = await reply
+        except BaseException:
+            reply.cancel()
+            raise
         for entry, code, message in flush_errors:          # not acknowledged if not on disk
             entry["error"], entry["message"] = code, message
-        return {"topics": topics_out}
-
-    async def _append_all(self, body: dict, acks: int, valid_acks: bool, now: int, topics_out: list[dict],
-                          appended: list[_LocalAppend]) -> int:
-        """Append every partition of a Produce (filling `topics_out` and `appended`); returns the
-        number of partitions, negated when some partition failed."""
-        failed = False
-        done = 0
-        for t in body["topics"]:
-            plist = []
-            for p in t["partitions"]:
-                done += 1
-                if done % REQUEST_SLICE == 0 or is_compressed(p["records"]):
-                    # issue 10: no request holds the loop; a compressed batch's check may
-                    # decompress up to 16 x max.message.bytes, so each gets its own turn
-                    await asyncio.sleep(0)
-                if valid_acks:
-                    res = self._append_to_local_log(t["topic"], p, acks, now)
-                else:
-                    res = _LocalAppend(_produce_entry(p["partition"], ErrorCode.INVALID_REQUIRED_ACKS,
-                                                      f"acks must be -1, 0 or 1, not {acks}"))
-                plist.append(res.entry)
-                if res.part is None:
-                    failed = True
-                else:
-                    appended.append(res)
-            topics_out.append({"topic": t["topic"], "partitions": plist})
-        return -done if failed else done
+        return resp
 
     def _append_to_local_log(self, topic: str, p: dict, acks: int, now: int) -> _LocalAppend:
         """One partition of a Produce (Kafka appendToLocalLog / appendRecordsToLeader):
@@ -699,14 +888,16 @@ class ReplicaManager:
             self._apply(part, d, now)
         return _LocalAppend(entry, part, last + 1, core)
 
-    def _maybe_delay_produce(self, acks: int, appended: list[_LocalAppend], now: int
-                             ) -> tuple[DelayedProduce | None, list[tuple[PartitionLeader, Any]]]:
+    def _maybe_delay_produce(self, acks: int, appended: list[_LocalAppend], now: int, timeout_ms: int,
+                             resp: dict) -> Reply:
         """Kafka delayedProduceRequestRequired: acks=-1 with at least one partition appended
-        parks one DelayedProduce with a waiter per appended partition (the core resolves it)."""
+        parks one DelayedProduce with a waiter per appended partition (the core resolves it);
+        `resp` is answered once every one is resolved or timeout_ms passes."""
         if acks != -1 or not appended:
-            return None, []
-        delayed = DelayedProduce(self._running_loop())
-        registered: list[tuple[PartitionLeader, Any]] = []
+            return Reply.of(resp)
+        parked = _ParkedProduce(self, resp)
+        delayed = parked.delayed
+        registered = parked.registered
         for r in appended:
             part, core = r.part, r.core
             if part is None or core is None:
@@ -720,7 +911,10 @@ class ReplicaManager:
             w = delayed.add(r.entry, part.key)
             registered.append((core, w))
             self._apply(part, core.add_waiter(r.next_offset, w, now), now)
-        return delayed, registered
+        delayed.arm()
+        if not delayed.done:
+            parked.timer = self._running_loop().call_later(max(timeout_ms, 0) / 1000, parked.expire)
+        return parked.reply
 
     async def _flush_all(self, flushes: list[tuple[Partition, int, dict]]) -> list[tuple[dict, int, str]]:
         """fsync before acknowledging (minibroker.fsync.before.ack); returns the
@@ -746,70 +940,270 @@ class ReplicaManager:
 
     # ================================================================ Fetch
 
-    async def handle_fetch(self, ctx: RequestContext, body: dict) -> dict:
+    def handle_fetch(self, ctx: RequestContext, body: dict) -> Reply:
         """F1-F12. Followers (replica_id >= 0, authenticated only) read to
         the LEO and update their state on the leader on this initial read
         only; consumers read to the HW of the replica they hit. Parks until
-        min_bytes are readable, a partition's state changes, or max_wait_ms."""
+        min_bytes are readable, a partition's state changes, or max_wait_ms.
+
+        Answers with a Reply, completed in this call when the read answers, or by the
+        completion that wakes the parked fetch. A Fetch of more than REQUEST_SLICE partitions
+        is read (and re-read) a slice per loop turn."""
         replica_id = body["replica_id"]
         if replica_id >= 0 and not ctx.authenticated:
             raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                              f"Fetch as replica {replica_id} needs an authenticated inter-broker connection")
+        call = _FetchCall(body, replica_id)
+        call.reply = Reply(on_cancel=lambda: self._fetch_cancelled(call))
+        requests = _one_fetch_entry(body["topics"])
+        if requests is not None:
+            self._fetch_step(call, self._fetch_open, requests)
+        else:
+            self._fetch_step(call, self._fetch_dedupe, {}, 0, 0)
+        return call.reply
+
+    def _fetch_step(self, call: _FetchCall, step: Callable[..., None], *args: Any) -> None:
+        """Run one step of a Fetch as a handler (its completions run when it ends); a step that
+        raises answers the Fetch with that error."""
+        if call.reply.done or call.reply.cancelled:
+            return
+        self._depth += 1
+        try:
+            step(call, *args)
+        except Exception as exc:
+            self._fetch_close(call)
+            call.reply.fail(exc)
+        finally:
+            self._leave()
+
+    def _fetch_next_turn(self, call: _FetchCall, step: Callable[..., None], *args: Any) -> None:
+        """The rest of a large Fetch goes on at the loop's next turn (issue 10: no request holds the loop)."""
+        call.later = self._running_loop().call_soon(self._fetch_step, call, step, *args)
+
+    def _fetch_dedupe(self, call: _FetchCall, out: dict[PartitionKey, tuple[str, dict]], ti: int, pi: int) -> None:
+        """A partition named twice is fetched once, as Kafka's FetchRequest map keeps one entry per
+        partition (the first position, the last entry's fields); 16 slices of entries per turn."""
+        topics = call.body["topics"]
+        n = 0
+        while ti < len(topics):
+            t = topics[ti]
+            topic, parts = t["topic"], t["partitions"]
+            while pi < len(parts):
+                p = parts[pi]
+                out[(topic, p["partition"])] = (topic, p)
+                pi += 1
+                n += 1
+                if n >= 16 * REQUEST_SLICE:
+                    self._fetch_next_turn(call, self._fetch_dedupe, out, ti, pi)
+                    return
+            ti += 1
+            pi = 0
+        self._fetch_open(call, list(out.values()))
+
+    def _fetch_open(self, call: _FetchCall, requests: list[tuple[str, dict]]) -> None:
+        """The replica fetch session (KS1, KS3) and, for an incremental Fetch, which quiet
+        partitions need no read; then the initial read."""
+        body = call.body
         now = self.clock()
-        requests = _one_fetch_entry(body["topics"]) or await _dedupe_fetch_entries(body["topics"])
-        session: FetchSession | None = None
-        full = True
-        if replica_id >= 0:
-            opened = self.fetch_sessions.open(replica_id, body.get("session_id", INVALID_SESSION_ID),
+        call.now = now
+        if call.replica_id >= 0:
+            opened = self.fetch_sessions.open(call.replica_id, body.get("session_id", INVALID_SESSION_ID),
                                               body.get("session_epoch", FINAL_EPOCH), requests,
                                               body.get("forgotten_topics"))
             if opened.error != ErrorCode.NONE:
-                return {"error": int(opened.error), "message": opened.message, "session_id": INVALID_SESSION_ID,
-                        "throttle_time_ms": 0, "topics": []}
-            session, requests, full = opened.session, opened.requests, opened.full
-        skipped = False                    # quiet partitions are left out of `requests`
-        moved: set[Any] = set()
-        changes_before = self.purgatory.changes
-        if session is not None and not full and session.quiet:
-            since = self.purgatory.changed_since(session.quiet_at)
-            if since is not None and self._refetch_quiet(session, body, now, since):
-                moved = since
-                skipped = True
-                quiet = session.quiet
-                requests = [e for k, e in session.partitions.items() if k not in quiet or k in moved]
-        stamps: list[tuple[Any, ...] | None] | None = [] if replica_id >= 0 else None
-        results, total, respond_now = await self._read_all(requests, body, now, initial=True, stamps=stamps,
-                                                           session=session if not full else None)
-        if (respond_now or body["max_wait_ms"] <= 0 or not (requests or skipped) or total >= body["min_bytes"]):
-            if session is not None and stamps is not None:
-                self._remember_quiet(session, requests, results, stamps, changes_before)
-            return self._fetch_response(requests, results, session, full)
+                call.reply.complete({"error": int(opened.error), "message": opened.message,
+                                     "session_id": INVALID_SESSION_ID, "throttle_time_ms": 0, "topics": []})
+                return
+            session, requests, call.full = opened.session, opened.requests, opened.full
+            call.session = session
+            call.stamps = []
+            call.changes_before = self.purgatory.changes
+            if session is not None and not call.full and session.quiet:
+                since = self.purgatory.changed_since(session.quiet_at)
+                if since is not None and self._refetch_quiet(session, body, now, since):
+                    call.moved = since
+                    call.skipped = True
+                    quiet = session.quiet
+                    requests = [e for k, e in session.partitions.items() if k not in quiet or k in since]
+        call.requests = requests
+        room = fetch_records_budget(self.max_frame_bytes, self.max_frame_bytes, len(requests))
+        call.room = room
+        call.budget = max(0, min(body["max_bytes"], room))            # fetch_records_budget(max_bytes, ...)
+        self._fetch_read(call, 0)
+
+    def _fetch_read(self, call: _FetchCall, lo: int) -> None:
+        """The initial read, REQUEST_SLICE partitions per turn. For an incremental session Fetch, a
+        partition the follower did not name whose state has not moved since its last quiet read is
+        answered as then, without reading (`_fetched_again`)."""
+        requests, body, now = call.requests, call.body, call.now
+        stamps, results = call.stamps, call.results
+        quiet = call.session.quiet if call.session is not None and not call.full else None
+        hi = min(len(requests), lo + REQUEST_SLICE)
+        total, room, budget = call.total, call.room, call.budget
+        respond_now = call.respond_now
+        for i in range(lo, hi):
+            topic, p = requests[i]
+            if quiet:
+                prev = quiet.get((topic, p["partition"]))
+                if prev is not None:
+                    stamp = self._read_stamp(topic, p["partition"])
+                    if stamp == prev[0]:
+                        r = self._fetched_again(self._partitions[(topic, p["partition"])], p, body, now, prev[1])
+                        stamps.append(stamp)          # type: ignore[union-attr]
+                        respond_now = respond_now or bool(r.error)
+                        results.append(r)
+                        continue
+            max_bytes = min(max(p["partition_max_bytes"], 0), budget - total)
+            if stamps is not None:          # the state the read sees (before its side effects)
+                stamps.append(self._read_stamp(topic, p["partition"]))
+            r = self._read_partition(topic, p, body, now, max(max_bytes, 0), total == 0, True)
+            if total + len(r.records) > room:
+                r.records = b""
+            total += len(r.records)
+            if r.error or r.diverging_epoch is not None or r.preferred_read_replica >= 0:
+                respond_now = True
+            results.append(r)
+        call.total, call.respond_now = total, respond_now
+        if hi < len(requests):
+            self._fetch_next_turn(call, self._fetch_read, hi)
+            return
+        if (respond_now or body["max_wait_ms"] <= 0 or not (requests or call.skipped)
+                or total >= body["min_bytes"]):
+            self._fetch_answer(call)
+            return
+        self._run_actions()                     # what the read completed (an acks=all produce) answers first
+        self._fetch_park(call)
+
+    def _fetch_park(self, call: _FetchCall) -> None:
+        """F9: park until min_bytes are readable, a watched partition's state changes or max_wait_ms."""
+        body, session = call.body, call.session
         standing = self._standing_watch(session) if session is not None else None
+        needed = body["min_bytes"] - call.total
+
+        def woken() -> None:
+            self._defer(lambda: self._fetch_step(call, self._fetch_woken))
         if standing is not None and standing.op is None:       # the session's partitions, watched already
-            op = DelayedFetch([], body["min_bytes"] - total, follower=True, loop=self._running_loop())
+            op = DelayedFetch([], needed, follower=True, on_complete=woken)
         else:
-            op = DelayedFetch(list(session.partitions) if skipped and session is not None
-                              else [(t, p["partition"]) for t, p in requests],
-                              body["min_bytes"] - total, follower=replica_id >= 0, loop=self._running_loop())
+            op = DelayedFetch(list(session.partitions) if call.skipped and session is not None
+                              else [(t, p["partition"]) for t, p in call.requests],
+                              needed, follower=call.replica_id >= 0, on_complete=woken)
+        call.op, call.standing = op, standing
         self.purgatory.watch(op, standing)
         # What moved while they were read (None: more than the change log holds, or unknown); what
         # moves from now on is in op.changed.
-        during_read = self.purgatory.changed_since(changes_before)
-        try:
-            await op.wait(body["max_wait_ms"])
-        finally:
-            self.purgatory.close(op, standing)
-        if stamps is not None:
-            changed = None if during_read is None or op.changed is None else op.changed | during_read
-            if skipped and session is not None and (changed is None or changed):
-                self._readmit_quiet(session, requests, results, stamps, changed, moved)
-            if changed is None or changed:
-                await self._reread_changed(requests, body, results, stamps, self.clock(), changed)
-            if session is not None:
-                self._remember_quiet(session, requests, results, stamps, changes_before)
-        else:
-            results, _, _ = await self._read_all(requests, body, self.clock(), initial=False)
-        return self._fetch_response(requests, results, session, full)
+        call.during_read = self.purgatory.changed_since(call.changes_before) if call.stamps is not None else None
+        call.later = self._running_loop().call_later(max(body["max_wait_ms"], 0) / 1000, self._fetch_expired, call)
+
+    def _fetch_expired(self, call: _FetchCall) -> None:
+        """max_wait_ms passed: the parked Fetch answers with what it has."""
+        call.later = None
+        if call.op is not None:
+            self._depth += 1
+            try:
+                call.op.complete()
+            finally:
+                self._leave()
+
+    def _fetch_close(self, call: _FetchCall) -> None:
+        """Unregister a parked Fetch and stop its timer (or its next slice). Drops the call's
+        reference to its op, whose completion refers back to the call."""
+        if call.later is not None:
+            call.later.cancel()
+            call.later = None
+        op = call.op
+        if op is not None:
+            op.done = True
+            self.purgatory.close(op, call.standing)
+            call.op = None
+            call.standing = None
+
+    def _fetch_cancelled(self, call: _FetchCall) -> None:
+        """Its connection closed: nobody wants the answer."""
+        self._fetch_close(call)
+
+    def _fetch_woken(self, call: _FetchCall) -> None:
+        """A parked Fetch completed (enough bytes, a state change, max_wait_ms or shutdown): read again
+        what may have moved, then answer."""
+        op = call.op
+        assert op is not None
+        changed_op = op.changed
+        self._fetch_close(call)
+        if call.stamps is None:
+            call.results, call.total, call.respond_now = [], 0, False
+            call.now = self.clock()
+            self._fetch_reread_all(call, 0)
+            return
+        during = call.during_read
+        changed = None if during is None or changed_op is None else changed_op | during
+        session = call.session
+        if call.skipped and session is not None and (changed is None or changed):
+            self._readmit_quiet(session, call.requests, call.results, call.stamps, changed, call.moved)
+        if changed is None or changed:
+            call.now = self.clock()
+            call.changed = changed
+            call.total = sum(len(r.records) for r in call.results)
+            call.room = fetch_records_budget(self.max_frame_bytes, self.max_frame_bytes, len(call.requests))
+            call.budget = max(0, min(call.body["max_bytes"], call.room))
+            self._fetch_reread(call, 0)
+            return
+        self._fetch_answer(call)
+
+    def _fetch_reread_all(self, call: _FetchCall, lo: int) -> None:
+        """A consumer's parked Fetch: every partition read again, REQUEST_SLICE per turn."""
+        requests, body, now, results = call.requests, call.body, call.now, call.results
+        hi = min(len(requests), lo + REQUEST_SLICE)
+        total, room, budget = call.total, call.room, call.budget
+        for i in range(lo, hi):
+            topic, p = requests[i]
+            max_bytes = min(max(p["partition_max_bytes"], 0), budget - total)
+            r = self._read_partition(topic, p, body, now, max(max_bytes, 0), total == 0, False)
+            if total + len(r.records) > room:
+                r.records = b""
+            total += len(r.records)
+            results.append(r)
+        call.total = total
+        if hi < len(requests):
+            self._fetch_next_turn(call, self._fetch_reread_all, hi)
+            return
+        self._fetch_answer(call)
+
+    def _fetch_reread(self, call: _FetchCall, lo: int) -> None:
+        """After a parked replica Fetch: read again only the partitions whose state moved
+        while it waited (the others would read the same): those in `changed` when the
+        purgatory saw every move, else those whose stamp differs. An idle follower of
+        1,000 partitions costs the leader one read of each per Fetch instead of two."""
+        requests, body, now, results, stamps = call.requests, call.body, call.now, call.results, call.stamps
+        assert stamps is not None
+        changed = call.changed
+        hi = min(len(requests), lo + REQUEST_SLICE)
+        total, room, budget = call.total, call.room, call.budget
+        for i in range(lo, hi):
+            topic, p = requests[i]
+            if changed is not None and (topic, p["partition"]) not in changed:
+                continue
+            stamp = self._read_stamp(topic, p["partition"])
+            if changed is None and stamps[i] is not None and stamp == stamps[i]:
+                continue
+            total -= len(results[i].records)
+            max_bytes = min(max(p["partition_max_bytes"], 0), budget - total)
+            stamps[i] = stamp
+            r = self._read_partition(topic, p, body, now, max(max_bytes, 0), total == 0, False)
+            if total + len(r.records) > room:
+                r.records = b""
+            total += len(r.records)
+            results[i] = r
+        call.total = total
+        if hi < len(requests):
+            self._fetch_next_turn(call, self._fetch_reread, hi)
+            return
+        self._fetch_answer(call)
+
+    def _fetch_answer(self, call: _FetchCall) -> None:
+        session = call.session
+        if session is not None and call.stamps is not None:
+            self._remember_quiet(session, call.requests, call.results, call.stamps, call.changes_before)
+        call.reply.complete(self._fetch_response(call.requests, call.results, session, call.full))
 
     def _standing_watch(self, session: FetchSession) -> StandingWatch:
         """The follower's standing watch, registered on its session's partitions as they are now
@@ -851,7 +1245,7 @@ class ReplicaManager:
                        moved: set[Any]) -> None:
         """After a park that left the quiet partitions out (all but those in `moved`, read
         already): those that moved while it waited (all, when the purgatory did not see every
-        move) rejoin the request with their quiet stamp and result, for `_reread_changed`."""
+        move) rejoin the request with their quiet stamp and result, for `_fetch_reread`."""
         parts, quiet = session.partitions, session.quiet
         for key in quiet if changed is None else sorted(k for k in changed if k in quiet):
             if key not in moved:
@@ -863,7 +1257,7 @@ class ReplicaManager:
     def _remember_quiet(self, session: FetchSession, requests: list[tuple[str, dict]], results: list[ReadResult],
                         stamps: list[tuple[Any, ...] | None], changes_start: int) -> None:
         """After a session Fetch: the partitions whose follower is at the LEO with nothing to
-        read or report, with the state they were read in (`_read_all` answers them again
+        read or report, with the state they were read in (`_fetch_read` answers them again
         without reading while neither moves). Every quiet stamp now holds unless its
         partition moved after change count `changes_start` (read before any stamp of this
         Fetch was taken or trusted): the next Fetch skips those the purgatory's change log
@@ -905,73 +1299,6 @@ class ReplicaManager:
         core = part.core
         return (part.role, part.leader_epoch, part.leo, part.log_start_offset,
                 core.hw if core is not None else -1, id(core))
-
-    async def _reread_changed(self, requests: list[tuple[str, dict]], body: dict, results: list[ReadResult],
-                              stamps: list[tuple[Any, ...] | None], now: int,
-                              changed: set[PartitionKey] | None) -> None:
-        """After a parked replica Fetch: read again only the partitions whose state moved
-        while it waited (the others would read the same): those in `changed` when the
-        purgatory saw every move, else those whose stamp differs. An idle follower of
-        1,000 partitions costs the leader one read of each per Fetch instead of two."""
-        room = fetch_records_budget(self.max_frame_bytes, self.max_frame_bytes, len(requests))
-        budget = max(0, min(body["max_bytes"], room))            # fetch_records_budget(max_bytes, ...)
-        total = sum(len(r.records) for r in results)
-        for i, (topic, p) in enumerate(requests):
-            if i and i % REQUEST_SLICE == 0:
-                await asyncio.sleep(0)
-            if changed is not None and (topic, p["partition"]) not in changed:
-                continue
-            stamp = self._read_stamp(topic, p["partition"])
-            if changed is None and stamps[i] is not None and stamp == stamps[i]:
-                continue
-            total -= len(results[i].records)
-            max_bytes = min(max(p["partition_max_bytes"], 0), budget - total)
-            stamps[i] = stamp
-            r = self._read_partition(topic, p, body, now, max(max_bytes, 0), total == 0, False)
-            if total + len(r.records) > room:
-                r.records = b""
-            total += len(r.records)
-            results[i] = r
-
-    async def _read_all(self, requests: list[tuple[str, dict]], body: dict, now: int, initial: bool,
-                        stamps: list[tuple[Any, ...] | None] | None = None,
-                        session: FetchSession | None = None) -> tuple[list[ReadResult], int, bool]:
-        """Read every partition, yielding to the loop every REQUEST_SLICE of them.
-        The response never exceeds the frame limit: max_bytes is capped to the
-        room the frame leaves, and the KIP-74 first batch is dropped if even it
-        cannot fit beside the other entries. For an incremental session Fetch, a
-        partition the follower did not name whose state has not moved since its last
-        quiet read is answered as then, without reading (`_fetched_again`)."""
-        room = fetch_records_budget(self.max_frame_bytes, self.max_frame_bytes, len(requests))
-        budget = max(0, min(body["max_bytes"], room))            # fetch_records_budget(max_bytes, ...)
-        total = 0
-        respond_now = False
-        results = []
-        quiet = session.quiet if session is not None and stamps is not None else None
-        for i, (topic, p) in enumerate(requests):
-            if i and i % REQUEST_SLICE == 0:
-                await asyncio.sleep(0)
-            if quiet:
-                prev = quiet.get((topic, p["partition"]))
-                if prev is not None:
-                    stamp = self._read_stamp(topic, p["partition"])
-                    if stamp == prev[0]:
-                        r = self._fetched_again(self._partitions[(topic, p["partition"])], p, body, now, prev[1])
-                        stamps.append(stamp)          # type: ignore[union-attr]
-                        respond_now = respond_now or bool(r.error)
-                        results.append(r)
-                        continue
-            max_bytes = min(max(p["partition_max_bytes"], 0), budget - total)
-            if stamps is not None:          # the state the read sees (before its side effects)
-                stamps.append(self._read_stamp(topic, p["partition"]))
-            r = self._read_partition(topic, p, body, now, max(max_bytes, 0), total == 0, initial)
-            if total + len(r.records) > room:
-                r.records = b""
-            total += len(r.records)
-            if r.error or r.diverging_epoch is not None or r.preferred_read_replica >= 0:
-                respond_now = True
-            results.append(r)
-        return results, total, respond_now
 
     def _read_partition(self, topic: str, p: dict, body: dict, now: int, max_bytes: int,
                         min_one: bool, initial: bool) -> ReadResult:
@@ -1216,8 +1543,8 @@ REQUEST_SLICE = 256
 
 
 def _one_fetch_entry(topics: list[dict]) -> list[tuple[str, dict]] | None:
-    """A Fetch of one partition (a follower's or consumer's steady state) as `_dedupe_fetch_entries`
-    has it, without a coroutine; None for any other."""
+    """A Fetch of one partition (a follower's or consumer's steady state) as `_fetch_dedupe`
+    has it, without looking further; None for any other."""
     if len(topics) == 1:
         t = topics[0]
         parts = t["partitions"]
@@ -1226,17 +1553,13 @@ def _one_fetch_entry(topics: list[dict]) -> list[tuple[str, dict]] | None:
     return None
 
 
-async def _dedupe_fetch_entries(topics: list[dict]) -> list[tuple[str, dict]]:
-    """A partition named twice is fetched once, as Kafka's FetchRequest map
-    keeps one entry per partition (the first position, the last entry's fields).
-    Yields to the loop every few thousand entries."""
-    out: dict[tuple[str, int], tuple[str, dict]] = {}
+def _appends_at_once(topics: list[dict]) -> bool:
+    """A produce that appends without yielding to the loop: fewer than REQUEST_SLICE partitions, none
+    compressed (a compressed batch's check may decompress up to 16 x max.message.bytes)."""
     n = 0
     for t in topics:
-        topic = t["topic"]
         for p in t["partitions"]:
-            out[(topic, p["partition"])] = (topic, p)
             n += 1
-            if n % (16 * REQUEST_SLICE) == 0:
-                await asyncio.sleep(0)
-    return list(out.values())
+            if n >= REQUEST_SLICE or is_compressed(p["records"]):
+                return False
+    return True

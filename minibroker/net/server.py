@@ -7,8 +7,12 @@ know what any API means: handlers do.
 
 Requests on one connection run concurrently (so a parked long-poll does not
 block a pipelined produce), but their responses are written in arrival
-order, as Kafka's clients expect. When the connection dies, its in-flight
-handlers are cancelled, so delayed produces and fetches die with it.
+order, as Kafka's clients expect. A handler returns either an awaitable (run
+as a task) or a `Reply` (minibroker.net.reply): the produce and fetch
+handlers answer or park without a task, and the response is written in the
+call that completes the Reply. When the connection dies, its in-flight
+handlers are cancelled and its pending Replies cancelled, so delayed produces
+and fetches die with it.
 
 Bounds (issue 10): at most `max_inflight` requests per connection are read
 and not yet answered (Kafka mutes a channel with one in flight); beyond that,
@@ -35,13 +39,14 @@ from typing import Any
 from collections.abc import Awaitable, Callable
 
 from minibroker.errors import ErrorCode, KafkaError
+from minibroker.net.reply import Reply
 from minibroker.net.sasl import SaslServerSession, server_credential
 from minibroker.net.scram import ScramCredential
 from minibroker.net.tcp import set_nodelay
 from minibroker.protocol.api import HEADER, REQUESTS, ApiKey
 from minibroker.protocol.framing import (DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FramingError, decode_body,
                                          decode_body_chunked, decodes_inline, encode_frame, encode_frame_chunked,
-                                         response_entries)
+                                         frame_parts, response_entries)
 from minibroker.protocol.schema import SchemaError, validate
 
 log = logging.getLogger("minibroker.net")
@@ -84,7 +89,8 @@ class RequestContext:
                              f"{self.api.name} needs an authenticated inter-broker connection")
 
 
-Handler = Callable[[RequestContext, dict[str, Any]], Awaitable[dict[str, Any] | None]]
+# A handler answers with a Reply (at once or when it completes) or an awaitable run as a task.
+Handler = Callable[[RequestContext, dict[str, Any]], Reply | Awaitable[dict[str, Any] | None]]
 
 
 @dataclass
@@ -155,6 +161,7 @@ class ServerConnection(asyncio.Protocol):
         # never overtakes a large one still being decoded.
         self._undispatched: deque[list[Any]] = deque()
         self._tasks: set[asyncio.Task] = set()
+        self._replies: set[Reply] = set()        # Invariant: the handlers' Replies not yet completed
         self.produce_appending: asyncio.Future[None] | None = None   # the last produce's append phase
         self._closed = False
         self._write_paused = False
@@ -162,6 +169,7 @@ class ServerConnection(asyncio.Protocol):
         self._got_frame = False
         self._pumping = False
         self._pump_scheduled = False
+        self._pump_soon = False           # Invariant: a `_pump_after_answer` is pending
         self._auth_failed = False
         self._last_active = 0.0
         self._timer: asyncio.TimerHandle | None = None
@@ -207,6 +215,9 @@ class ServerConnection(asyncio.Protocol):
             self._timer.cancel()
         for t in list(self._tasks):
             t.cancel()
+        for r in list(self._replies):
+            r.cancel()
+        self._replies.clear()
         self._slots.clear()
 
     def pause_writing(self) -> None:
@@ -381,37 +392,68 @@ class ServerConnection(asyncio.Protocol):
                 self._answer(slot, _error(cid, ErrorCode.INVALID_REQUEST, str(exc)))
                 return
         ctx = RequestContext(self, api, header["v"], cid, header["client"])
-        task = self._loop.create_task(self._run(spec.fn, ctx, body, slot, validated is not None))
+        large = body if validated is not None else None
+        try:
+            r = spec.fn(ctx, body)
+        except Exception as exc:
+            self._deliver(ctx, slot, None, exc, large)
+            return
+        if type(r) is Reply:
+            if r.done:
+                self._deliver(ctx, slot, r.result, r.error, large)
+            else:
+                self._replies.add(r)
+                r.attach(lambda result, error: self._on_reply(r, ctx, slot, result, error, large))
+            return
+        task = self._loop.create_task(self._run(r, ctx, slot, large))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run(self, fn: Handler, ctx: RequestContext, body: dict[str, Any], slot: asyncio.Future,
-                   large: bool = False) -> None:
-        loop = self._loop
+    def _on_reply(self, reply: Reply, ctx: RequestContext, slot: asyncio.Future, result: Any,
+                  error: BaseException | None, large: dict[str, Any] | None) -> None:
+        """Triggered when a parked handler's Reply completes: its response is written now."""
+        self._replies.discard(reply)
+        self._deliver(ctx, slot, result, error, large)
+
+    async def _run(self, aw: Awaitable[dict[str, Any] | None], ctx: RequestContext, slot: asyncio.Future,
+                   large: dict[str, Any] | None) -> None:
         try:
-            resp = await fn(ctx, body)
+            resp = await aw
         except asyncio.CancelledError:
             raise
-        except KafkaError as exc:
-            resp = _error(ctx.correlation_id, exc.code, exc.message)
-        except Exception:
-            log.exception("handler for %s failed (client %s)", ctx.api.name, ctx.client_id)
-            resp = _error(ctx.correlation_id, ErrorCode.UNKNOWN_SERVER_ERROR, "internal error, see broker log")
-        if large:
+        except Exception as exc:
+            self._deliver(ctx, slot, None, exc, large)
+            return
+        self._deliver(ctx, slot, resp, None, large)
+
+    def _deliver(self, ctx: RequestContext, slot: asyncio.Future, resp: dict[str, Any] | None,
+                 error: BaseException | None, large: dict[str, Any] | None) -> None:
+        """A handler's outcome (its response, None for none, or the exception it raised) goes out in order."""
+        if error is not None:
+            if isinstance(error, KafkaError):
+                resp = _error(ctx.correlation_id, error.code, error.message)
+            else:
+                log.error("handler for %s failed (client %s)", ctx.api.name, ctx.client_id, exc_info=error)
+                resp = _error(ctx.correlation_id, ErrorCode.UNKNOWN_SERVER_ERROR, "internal error, see broker log")
+        if large is not None:
             # Freeing a request of 100,000s of objects is one long C cascade: do it
             # on the decoder thread, piece by piece.
-            loop.run_in_executor(_DECODER, dismantle, body)
-            del body
+            self._loop.run_in_executor(_DECODER, dismantle, large)
         if resp is None:
             self._answer(slot, _NO_RESPONSE)
             return
         resp["id"] = ctx.correlation_id
         if response_entries(resp, LARGE_RESPONSE_ENTRIES) > LARGE_RESPONSE_ENTRIES:
-            frame = await loop.run_in_executor(_DECODER, _encode_and_dismantle, resp)
-            del resp
-            self._answer(slot, _Encoded(frame))
+            task = self._loop.create_task(self._answer_large(slot, resp))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         else:
             self._answer(slot, resp)
+
+    async def _answer_large(self, slot: asyncio.Future, resp: dict[str, Any]) -> None:
+        frame = await self._loop.run_in_executor(_DECODER, _encode_and_dismantle, resp)
+        del resp
+        self._answer(slot, _Encoded(frame))
 
     def _builtin(self, api: ApiKey, cid: int, msg: dict[str, Any]) -> dict[str, Any]:
         if api is ApiKey.API_VERSIONS:
@@ -457,12 +499,20 @@ class ServerConnection(asyncio.Protocol):
         if len(slots) == 1 and slots[0] is slot and type(resp) is dict and not slot.done():
             slots.popleft()                     # the only request in flight: no order to keep
             if not self._closed and self.transport is not None:
-                self.transport.write(encode_frame(resp))
+                self.transport.writelines(frame_parts(resp))
                 self._last_active = self._loop.time()
         else:
             self._answer_in_order(slot, resp)
-        if not self._closed and not self._pumping and (self._decoder.buffered or self._reading_paused):
-            self._pump()
+        if (not self._closed and not self._pumping and not self._pump_soon
+                and (self._decoder.buffered or self._reading_paused)):
+            # The frames that waited for this answer are admitted on the loop's next turn, never inside
+            # the call that answered (a completion run by another request's handler must not dispatch).
+            self._pump_soon = True
+            self._loop.call_soon(self._pump_after_answer)
+
+    def _pump_after_answer(self) -> None:
+        self._pump_soon = False
+        self._pump()
 
     def _answer_in_order(self, slot: asyncio.Future, resp: Any) -> None:
         if not slot.done():

@@ -26,6 +26,12 @@ def encode_frame(message: dict[str, Any]) -> bytes:
     return _LEN.pack(len(body)) + body
 
 
+def frame_parts(message: dict[str, Any]) -> tuple[bytes, bytes]:
+    """`encode_frame` as (length prefix, body), for a transport's writelines: a large body is not copied again."""
+    body = msgpack.packb(message, use_bin_type=True)
+    return _LEN.pack(len(body)), body
+
+
 def encode_frame_chunked(message: dict[str, Any]) -> bytes:
     """`encode_frame` in pieces (one C call per element of the message's
     lists of lists), for a worker thread: big responses never hold the GIL long."""

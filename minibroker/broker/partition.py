@@ -40,6 +40,7 @@ LEADER = "leader"
 FOLLOWER = "follower"
 NONE = "none"
 UNDEFINED = -1
+_NO_DIVERGENCE: tuple[ErrorCode, None] = (ErrorCode.NONE, None)
 
 
 class ByteTracker:
@@ -219,7 +220,7 @@ class Partition:
                 leo=self.log.log_end_offset, hw=self._clamp(self._hw),
                 log_start_offset=self.log.log_start_offset, lag_max_ms=lag_max_ms, min_isr=min_isr,
                 profile=profile, now_ms=now_ms, sink=self._sink, broker_epoch=broker_epoch,
-                fetch_events=False)
+                routine_events=False)
             self.core = core
             decisions.append(core.initial_decision)
         for replica, eligible, epoch in eligibility:
@@ -300,7 +301,10 @@ class Partition:
         if h is not None:
             self.producers.on_batch(pid, h.producer_epoch, h.base_sequence, res.first_offset, res.last_offset)
         self.tracker.on_append(next_offset, len(records))
-        self.tail.on_append(res.first_offset, next_offset, stamp(records, res.first_offset, core.leader_epoch))
+        stamped = self.log.last_stamped
+        if stamped is None:
+            stamped = stamp(records, res.first_offset, core.leader_epoch)
+        self.tail.on_append(res.first_offset, next_offset, stamped)
         return res.first_offset, res.last_offset, core.on_append(next_offset, now_ms)
 
     # ------------------------------------------------------------ leader: fetch
@@ -309,8 +313,15 @@ class Partition:
         """F5 for a follower fetch carrying its last fetched epoch: (error,
         diverging (epoch, end offset) or None)."""
         if last_fetched_epoch < 0:
-            return ErrorCode.NONE, None
-        epoch, end = self.log.end_offset_for_epoch(last_fetched_epoch)
+            return _NO_DIVERGENCE
+        lg = self.log
+        if last_fetched_epoch == lg.epoch_cache.latest_epoch:       # the common case: (epoch, LEO)
+            if fetch_offset < lg.log_start_offset:
+                return ErrorCode.OFFSET_OUT_OF_RANGE, None
+            if lg.log_end_offset < fetch_offset:
+                return ErrorCode.NONE, (last_fetched_epoch, lg.log_end_offset)
+            return _NO_DIVERGENCE
+        epoch, end = lg.end_offset_for_epoch(last_fetched_epoch)
         if epoch == UNDEFINED or end == UNDEFINED:
             return ErrorCode.OFFSET_OUT_OF_RANGE, None
         if fetch_offset < self.log.log_start_offset:
@@ -324,10 +335,14 @@ class Partition:
         the tail cache when it holds them, else from the log. Raises
         KafkaError(OFFSET_OUT_OF_RANGE) outside [log start, LEO]."""
         lg = self.log
-        if lg.log_start_offset <= fetch_offset < limit <= lg.log_end_offset:
-            cached = self.tail.read(fetch_offset, max_bytes, limit)
-            if cached is not None:
-                return cached
+        if lg.log_start_offset <= fetch_offset:
+            if fetch_offset < limit:
+                if limit <= lg.log_end_offset:
+                    cached = self.tail.read(fetch_offset, max_bytes, limit)
+                    if cached is not None:
+                        return cached
+            elif fetch_offset <= lg.log_end_offset and not lg.closed:
+                return b""                  # nothing below the limit: a parked fetch's first read
         return lg.read(fetch_offset, max_bytes, limit, min_one_batch=min_one)
 
     def readable_bytes(self, fetch_offset: int, limit: int) -> int | None:

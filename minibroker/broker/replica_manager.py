@@ -146,6 +146,16 @@ class _ParkedProduce:
 _NOTHING: frozenset[Any] = frozenset()
 
 
+def _stamp(part: Partition | None) -> tuple[Any, ...] | None:
+    """What a replica read of the partition depends on, besides the request."""
+    if part is None:
+        return None
+    core = part.core
+    lg = part.log
+    return (part.role, part.leader_epoch, lg.log_end_offset, lg.log_start_offset,
+            core.hw if core is not None else -1, id(core))
+
+
 def _nothing() -> None:
     pass
 
@@ -1038,32 +1048,32 @@ class ReplicaManager:
         requests, body, now = call.requests, call.body, call.now
         stamps, results = call.stamps, call.results
         quiet = call.session.quiet if call.session is not None and not call.full else None
-        hi = min(len(requests), lo + REQUEST_SLICE)
-        total, room, budget = call.total, call.room, call.budget
+        n = len(requests)
+        hi = n if n - lo <= REQUEST_SLICE else lo + REQUEST_SLICE
         respond_now = call.respond_now
+        partitions = self._partitions
         for i in range(lo, hi):
             topic, p = requests[i]
+            key = (topic, p["partition"])
+            part = partitions.get(key)
             if quiet:
-                prev = quiet.get((topic, p["partition"]))
+                prev = quiet.get(key)
                 if prev is not None:
-                    stamp = self._read_stamp(topic, p["partition"])
+                    stamp = _stamp(part)
                     if stamp == prev[0]:
-                        r = self._fetched_again(self._partitions[(topic, p["partition"])], p, body, now, prev[1])
+                        r = self._fetched_again(part, p, body, now, prev[1])   # type: ignore[arg-type]
                         stamps.append(stamp)          # type: ignore[union-attr]
                         respond_now = respond_now or bool(r.error)
                         results.append(r)
                         continue
-            max_bytes = min(max(p["partition_max_bytes"], 0), budget - total)
             if stamps is not None:          # the state the read sees (before its side effects)
-                stamps.append(self._read_stamp(topic, p["partition"]))
-            r = self._read_partition(topic, p, body, now, max(max_bytes, 0), total == 0, True)
-            if total + len(r.records) > room:
-                r.records = b""
-            total += len(r.records)
+                stamps.append(_stamp(part))
+            r = self._read_within(call, part, key, p, True)
             if r.error or r.diverging_epoch is not None or r.preferred_read_replica >= 0:
                 respond_now = True
             results.append(r)
-        call.total, call.respond_now = total, respond_now
+        call.respond_now = respond_now
+        total = call.total
         if hi < len(requests):
             self._fetch_next_turn(call, self._fetch_read, hi)
             return
@@ -1151,18 +1161,14 @@ class ReplicaManager:
 
     def _fetch_reread_all(self, call: _FetchCall, lo: int) -> None:
         """A consumer's parked Fetch: every partition read again, REQUEST_SLICE per turn."""
-        requests, body, now, results = call.requests, call.body, call.now, call.results
-        hi = min(len(requests), lo + REQUEST_SLICE)
-        total, room, budget = call.total, call.room, call.budget
+        requests, results = call.requests, call.results
+        n = len(requests)
+        hi = n if n - lo <= REQUEST_SLICE else lo + REQUEST_SLICE
+        partitions = self._partitions
         for i in range(lo, hi):
             topic, p = requests[i]
-            max_bytes = min(max(p["partition_max_bytes"], 0), budget - total)
-            r = self._read_partition(topic, p, body, now, max(max_bytes, 0), total == 0, False)
-            if total + len(r.records) > room:
-                r.records = b""
-            total += len(r.records)
-            results.append(r)
-        call.total = total
+            key = (topic, p["partition"])
+            results.append(self._read_within(call, partitions.get(key), key, p, False))
         if hi < len(requests):
             self._fetch_next_turn(call, self._fetch_reread_all, hi)
             return
@@ -1173,27 +1179,24 @@ class ReplicaManager:
         while it waited (the others would read the same): those in `changed` when the
         purgatory saw every move, else those whose stamp differs. An idle follower of
         1,000 partitions costs the leader one read of each per Fetch instead of two."""
-        requests, body, now, results, stamps = call.requests, call.body, call.now, call.results, call.stamps
+        requests, results, stamps = call.requests, call.results, call.stamps
         assert stamps is not None
         changed = call.changed
-        hi = min(len(requests), lo + REQUEST_SLICE)
-        total, room, budget = call.total, call.room, call.budget
+        n = len(requests)
+        hi = n if n - lo <= REQUEST_SLICE else lo + REQUEST_SLICE
+        partitions = self._partitions
         for i in range(lo, hi):
             topic, p = requests[i]
-            if changed is not None and (topic, p["partition"]) not in changed:
+            key = (topic, p["partition"])
+            if changed is not None and key not in changed:
                 continue
-            stamp = self._read_stamp(topic, p["partition"])
+            part = partitions.get(key)
+            stamp = _stamp(part)
             if changed is None and stamps[i] is not None and stamp == stamps[i]:
                 continue
-            total -= len(results[i].records)
-            max_bytes = min(max(p["partition_max_bytes"], 0), budget - total)
+            call.total -= len(results[i].records)
             stamps[i] = stamp
-            r = self._read_partition(topic, p, body, now, max(max_bytes, 0), total == 0, False)
-            if total + len(r.records) > room:
-                r.records = b""
-            total += len(r.records)
-            results[i] = r
-        call.total = total
+            results[i] = self._read_within(call, part, key, p, False)
         if hi < len(requests):
             self._fetch_next_turn(call, self._fetch_reread, hi)
             return
@@ -1291,44 +1294,53 @@ class ReplicaManager:
         self._apply(part, d, now, local_isr_change=True)
         return quiet
 
-    def _read_stamp(self, topic: str, index: int) -> tuple[Any, ...] | None:
-        """What a replica read of the partition depends on, besides the request."""
-        part = self._partitions.get((topic, index))
-        if part is None:
-            return None
-        core = part.core
-        return (part.role, part.leader_epoch, part.leo, part.log_start_offset,
-                core.hw if core is not None else -1, id(core))
+    def _read_within(self, call: _FetchCall, part: Partition | None, key: PartitionKey, p: dict, initial: bool
+                     ) -> ReadResult:
+        """One partition's read within what the Fetch has left (partition_max_bytes, the request's budget
+        and the frame's room); `call.total` counts the record bytes taken. A KIP-74 first batch that
+        cannot fit the frame beside the other entries is left out."""
+        total = call.total
+        max_bytes = call.budget - total
+        pmax = p["partition_max_bytes"]
+        if pmax < max_bytes:
+            max_bytes = pmax
+        r = self._read_partition(part, key, p, call.body, call.now, max_bytes if max_bytes > 0 else 0, total == 0,
+                                 initial)
+        size = len(r.records)
+        if size:
+            if total + size > call.room:
+                r.records = b""
+            else:
+                call.total = total + size
+        return r
 
-    def _read_partition(self, topic: str, p: dict, body: dict, now: int, max_bytes: int,
-                        min_one: bool, initial: bool) -> ReadResult:
-        key = (topic, p["partition"])
-        part = self._partitions.get(key)
+    def _read_partition(self, part: Partition | None, key: PartitionKey, p: dict, body: dict, now: int,
+                        max_bytes: int, min_one: bool, initial: bool) -> ReadResult:
+        """One partition of a Fetch: `part` is the hosted replica of `key`, or None."""
         if part is None or part.role == NONE:
             return ReadResult(self._not_hosted_error(key))
-        code = part.check_leader_epoch(p["current_leader_epoch"])     # F3, before the leader check
-        if code != ErrorCode.NONE:
-            return ReadResult(code)
+        epoch = p["current_leader_epoch"]
+        if epoch >= 0 and epoch != part.leader_epoch:                 # F3, before the leader check
+            return ReadResult(part.check_leader_epoch(epoch))
         replica_id = body["replica_id"]
         offset = p["fetch_offset"]
         core = part.core
         if replica_id >= 0:
             if core is None:
                 return ReadResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-            hw, log_start = core.hw, part.log_start_offset           # F7: before side effects
+            hw, log_start = core.hw, part.log.log_start_offset       # F7: before side effects
             err, div = part.divergence(offset, p["last_fetched_epoch"])
-            if err != ErrorCode.NONE:
+            if err:
                 return ReadResult(err, hw, log_start)
             if div is not None:
                 return ReadResult(ErrorCode.NONE, hw, log_start, diverging_epoch=div)
             if initial:
                 d = core.on_follower_fetch(replica_id, offset, now, broker_epoch=body["broker_epoch"],
-                                           log_start_offset=p["log_start_offset"],
-                                           has_leader_epoch=p["current_leader_epoch"] >= 0)
-                if d.error != ErrorCode.NONE:
+                                           log_start_offset=p["log_start_offset"], has_leader_epoch=epoch >= 0)
+                if d.error:
                     return ReadResult(d.error, hw, log_start)
                 self._apply(part, d, now, local_isr_change=True)
-            limit = part.leo
+            limit = part.log.log_end_offset
         else:
             rack = body["rack_id"]
             if core is None:
@@ -1342,7 +1354,7 @@ class ReplicaManager:
                     if pref != self.node_id:                          # FF3: redirect, no read
                         return ReadResult(ErrorCode.NONE, hw, part.log_start_offset,
                                           preferred_read_replica=pref)
-            log_start = part.log_start_offset
+            log_start = part.log.log_start_offset
             limit = hw
         try:
             records = part.read(offset, max_bytes, limit, min_one)

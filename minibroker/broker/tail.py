@@ -94,7 +94,17 @@ class TailCache:
         fits). None when the cache cannot answer (no chunk starts at `offset`,
         or the first chunk does not fit or crosses `limit`): read the log."""
         firsts = self._firsts
-        if not firsts or offset < firsts[0] or offset > firsts[-1]:
+        if not firsts:
+            return None
+        last = firsts[-1]
+        if offset >= last:
+            if offset != last:
+                return None
+            first = self._chunks[-1]                # the newest chunk alone: a caught-up reader's read
+            if first[1] > limit or len(first[2]) > max_bytes:
+                return None
+            return first[2]
+        if offset < firsts[0]:
             return None
         i = bisect.bisect_left(firsts, offset)
         if i == len(firsts) or firsts[i] != offset:

@@ -9,12 +9,22 @@ connection (the stream cannot be resynchronised after a bad frame).
 from __future__ import annotations
 
 import struct
+import threading
 from typing import Any
 
 import msgpack
 
 DEFAULT_MAX_FRAME_BYTES = 104_857_600  # socket.request.max.bytes
 _LEN = struct.Struct(">I")
+_PACKERS = threading.local()        # one reusable Packer per thread (packb builds one per call)
+
+
+def _packer() -> msgpack.Packer:
+    try:
+        return _PACKERS.p  # type: ignore[no-any-return]
+    except AttributeError:
+        p = _PACKERS.p = msgpack.Packer(use_bin_type=True)
+        return p
 
 
 class FramingError(Exception):
@@ -22,13 +32,13 @@ class FramingError(Exception):
 
 
 def encode_frame(message: dict[str, Any]) -> bytes:
-    body = msgpack.packb(message, use_bin_type=True)
+    body = _packer().pack(message)
     return _LEN.pack(len(body)) + body
 
 
 def frame_parts(message: dict[str, Any]) -> tuple[bytes, bytes]:
     """`encode_frame` as (length prefix, body), for a transport's writelines: a large body is not copied again."""
-    body = msgpack.packb(message, use_bin_type=True)
+    body = _packer().pack(message)
     return _LEN.pack(len(body)), body
 
 
@@ -86,7 +96,7 @@ except ImportError:        # built without the C extension
 
 def decode_body(body: bytes | memoryview) -> dict[str, Any]:
     try:
-        obj = msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True)
+        obj = msgpack.unpackb(body)         # msgpack 1.x defaults: raw=False, strict_map_key=True, use_list=True
     except Exception as exc:  # msgpack raises several unrelated exception types
         raise FramingError(f"body is not valid msgpack: {exc.__class__.__name__}: {exc}") from None
     if not isinstance(obj, dict):

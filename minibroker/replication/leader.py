@@ -153,7 +153,7 @@ class PartitionLeader:
         now_ms: int,
         sink: EventSink = discard,
         broker_epoch: int = UNKNOWN,
-        fetch_events: bool = True,
+        routine_events: bool = True,
     ) -> None:
         replicas_t = tuple(replicas)
         if not replicas_t or len(set(replicas_t)) != len(replicas_t):
@@ -171,7 +171,9 @@ class PartitionLeader:
         self.lag_max_ms = lag_max_ms
         self.min_isr = min_isr
         self.broker_epoch = broker_epoch  # this leader's own incarnation (I5)
-        self._fetch_events = fetch_events  # Invariant: False only skips routine follower_fetch events
+        # Invariant: False only skips the routine per-request events: follower_fetch, and produce_completed
+        # for waiters that succeeded (a failure is always emitted).
+        self._routine_events = routine_events
         self._sink = sink
         self._replicas: tuple[int, ...] = replicas_t
         # Invariant: contains the leader; a subset of replicas; in the controller's order
@@ -389,7 +391,7 @@ class PartitionLeader:
             log_start_offset=log_start_offset if log_start_offset != UNKNOWN else prev.log_start_offset,
         )
         self._followers[replica] = now
-        if self._fetch_events:
+        if self._routine_events:
             self._emit_follower_fetch(d, now_ms, replica, fetch_offset, leader_leo, branch, prev, now)
         maximal_before = self._maximal
         self._maybe_expand_isr(d, replica, now_ms)
@@ -406,7 +408,7 @@ class PartitionLeader:
         done here and True returned. Otherwise nothing changes and False says the driver
         must apply `on_follower_fetch`."""
         prev = self._followers.get(replica)
-        if (prev is None or self._fetch_events or fetch_offset != prev.leo or prev.leo != self._leo
+        if (prev is None or self._routine_events or fetch_offset != prev.leo or prev.leo != self._leo
                 or replica not in self._isr
                 or broker_epoch != prev.broker_epoch
                 or (log_start_offset != UNKNOWN and log_start_offset != prev.log_start_offset)):
@@ -807,18 +809,19 @@ class PartitionLeader:
         """P6: waiters whose offset the HW reached complete, in offset order."""
         if not self._waiters or self._waiters[0].required_offset > self._hw:
             return
-        code = (ErrorCode.NONE if len(self._maximal) >= self.effective_min_isr
-                else ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+        min_isr = self.effective_min_isr
+        code = ErrorCode.NONE if len(self._maximal) >= min_isr else ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         offsets = []
-        while self._waiters and self._waiters[0].required_offset <= self._hw:
-            w = heapq.heappop(self._waiters)
+        waiters, hw = self._waiters, self._hw
+        while waiters and waiters[0].required_offset <= hw:
+            w = heapq.heappop(waiters)
             if not w.alive:
                 continue
             del self._waiter_by_id[id(w.token)]
             d.completed.append((w.token, code))
             offsets.append(w.required_offset)
-        if offsets:
+        if offsets and (code or self._routine_events):
             self._emit(d, "produce_completed", now_ms, None, code.name,
-                       f"HW {self._hw} reached {len(offsets)} waiter(s); maximal ISR size "
-                       f"{len(self._maximal)} vs min ISR {self.effective_min_isr}",
+                       f"HW {hw} reached {len(offsets)} waiter(s); maximal ISR size "
+                       f"{len(self._maximal)} vs min ISR {min_isr}",
                        required_offsets=offsets)

@@ -428,6 +428,13 @@ async def session_fetch(broker: Broker, parts: list[dict], session_id: int, epoc
     return await broker.rm.handle_fetch(broker.peer_ctx, body)
 
 
+def watch_stamps(monkeypatch, reads: list[tuple[str, int]]) -> None:
+    """Record each partition whose state a replica read takes or compares (its stamp)."""
+    from minibroker.broker import replica_manager
+    stamp = replica_manager._stamp
+    monkeypatch.setattr(replica_manager, "_stamp", lambda part: reads.append(part.key) or stamp(part))
+
+
 async def test_an_idle_session_fetch_skips_the_quiet_partitions_and_still_keeps_the_follower_caught_up(
         broker, monkeypatch):
     broker.setup(replicas=(1, 2), partitions=3)
@@ -436,8 +443,7 @@ async def test_an_idle_session_fetch_skips_the_quiet_partitions_and_still_keeps_
     assert sid and len(entries(opened)) == 3
     assert entries(await session_fetch(broker, [], sid, 1)) == []      # every partition quiet from here on
     reads: list[tuple[str, int]] = []
-    stamp = broker.rm._read_stamp
-    monkeypatch.setattr(broker.rm, "_read_stamp", lambda t, i: reads.append((t, i)) or stamp(t, i))
+    watch_stamps(monkeypatch, reads)
     broker.now += 5_000
     assert entries(await session_fetch(broker, [], sid, 2)) == []
     assert reads == [], "nothing moved: no quiet partition is read again"
@@ -469,8 +475,7 @@ async def test_the_next_session_fetch_reads_only_the_quiet_partitions_that_moved
     await session_fetch(broker, [], sid, 1)
     await broker.produce([b"x"], partition=0)             # the follower has not fetched it yet
     reads: list[tuple[str, int]] = []
-    stamp = broker.rm._read_stamp
-    monkeypatch.setattr(broker.rm, "_read_stamp", lambda t, i: reads.append((t, i)) or stamp(t, i))
+    watch_stamps(monkeypatch, reads)
     (e,) = entries(await session_fetch(broker, [], sid, 2))
     assert e["partition"] == 0 and [r.value for r in iter_records(e["records"])] == [b"x"]
     assert set(reads) == {(T, 0)}, "the purgatory's change log names only partition 0"
@@ -545,8 +550,7 @@ async def test_a_parked_session_fetch_whose_own_read_moved_a_hw_rereads_only_wha
     sid = (await session_fetch(broker, [{"partition": p, "fetch_offset": 0} for p in range(3)], 0, 0))["session_id"]
     await session_fetch(broker, [], sid, 1)
     reads: list[tuple[str, int]] = []
-    stamp = broker.rm._read_stamp
-    monkeypatch.setattr(broker.rm, "_read_stamp", lambda t, i: reads.append((t, i)) or stamp(t, i))
+    watch_stamps(monkeypatch, reads)
     parked = asyncio.ensure_future(session_fetch(broker, [{"partition": 0, "fetch_offset": 1}], sid, 2,
                                                  max_wait_ms=30_000))
     await until(lambda: broker.rm.purgatory.watching((T, 2)), "the session fetch to park")

@@ -951,7 +951,7 @@ def test_lowering_min_isr_at_runtime_releases_a_frozen_hw() -> None:
 
 def _quiet_leader() -> PartitionLeader:
     lead = PartitionLeader("t-0", [1, 2, 3], 1, leader_epoch=0, partition_epoch=0, isr=[1, 2, 3], leo=10, hw=0,
-                           lag_max_ms=1000, min_isr=2, profile=KAFKA, now_ms=0, fetch_events=False)
+                           lag_max_ms=1000, min_isr=2, profile=KAFKA, now_ms=0, routine_events=False)
     for r in (2, 3):
         lead.on_follower_fetch(r, 10, 100, broker_epoch=7, log_start_offset=0)
     return lead
@@ -970,7 +970,7 @@ def test_a_refetch_at_the_leo_in_the_isr_changes_what_a_fetch_would() -> None:
 
 
 @pytest.mark.parametrize("case", ["behind", "other_offset", "new_broker_epoch", "new_log_start", "out_of_isr",
-                                  "fetch_events"])
+                                  "routine_events"])
 def test_a_refetch_leaves_everything_else_to_the_fetch_rule(case: str) -> None:
     lead = _quiet_leader()
     offset, epoch, start = 10, 7, 0
@@ -984,7 +984,7 @@ def test_a_refetch_leaves_everything_else_to_the_fetch_rule(case: str) -> None:
         start = 5
     elif case == "out_of_isr":
         lead = PartitionLeader("t-0", [1, 2, 3], 1, leader_epoch=0, partition_epoch=0, isr=[1, 3], leo=10, hw=0,
-                               lag_max_ms=1000, min_isr=2, profile=KAFKA, now_ms=0, fetch_events=False)
+                               lag_max_ms=1000, min_isr=2, profile=KAFKA, now_ms=0, routine_events=False)
         lead.on_follower_fetch(3, 10, 100, broker_epoch=7, log_start_offset=0)
         lead.on_follower_fetch(2, 10, 100, broker_epoch=7, log_start_offset=0)
     else:

@@ -301,7 +301,7 @@ class Partition:
         if h is not None:
             self.producers.on_batch(pid, h.producer_epoch, h.base_sequence, res.first_offset, res.last_offset)
         self.tracker.on_append(next_offset, len(records))
-        stamped = self.log.last_stamped
+        stamped = self.log.take_stamped()
         if stamped is None:
             stamped = stamp(records, res.first_offset, core.leader_epoch)
         self.tail.on_append(res.first_offset, next_offset, stamped)

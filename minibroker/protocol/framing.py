@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 import threading
+from collections import deque
 from typing import Any
 
 import msgpack
@@ -105,57 +106,75 @@ def decode_body(body: bytes | memoryview) -> dict[str, Any]:
 
 
 class FrameDecoder:
-    """Accumulates bytes; `feed` returns the complete messages so far.
+    """Accumulates bytes; `feed` returns the complete messages so far (`push` and `pop_raw`: the
+    complete bodies, undecoded, one at a time).
 
-    Invariant: `_buf` holds at most one partial frame's bytes beyond what was
-    already returned, and never more than `max_frame_bytes + 4` bytes.
+    The bytes received are kept as the chunks they arrived in, and a frame is copied at most once:
+    not at all when it lies inside one chunk (its body is a view of that chunk: an awaited request
+    arrives in one read), once when it spans several (they are joined when the last arrives; a
+    256 KiB batch arrives in a few reads). A bytearray appended to and cut from the front copies a
+    large frame twice more.
+
+    Invariant: `_chunks` holds the bytes received and not yet handed out, in order, `_size` of them,
+    never more than one partial frame's bytes beyond what was already returned and at most
+    `max_frame_bytes + 4` of them plus the last chunk received.
     """
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self.max_frame_bytes = max_frame_bytes
-        self._buf = bytearray()
+        self._chunks: deque[bytes | memoryview] = deque()
+        self._size = 0
 
     def feed(self, data: bytes) -> list[dict[str, Any]]:
-        buf = self._buf
-        buf += data
+        self.push(data)
         out: list[dict[str, Any]] = []
-        pos = 0
-        n = len(buf)
-        while n - pos >= 4:
-            (length,) = _LEN.unpack_from(buf, pos)
-            if length > self.max_frame_bytes:
-                raise FramingError(
-                    f"frame of {length} bytes exceeds socket.request.max.bytes={self.max_frame_bytes}")
-            if n - pos - 4 < length:
-                break
-            start = pos + 4
-            out.append(decode_body(memoryview(buf)[start:start + length]))
-            pos = start + length
-        if pos:
-            del buf[:pos]
+        while (body := self.pop_raw()) is not None:
+            out.append(decode_body(body))
         return out
 
-    def push(self, data: bytes) -> None:
+    def push(self, data: bytes | memoryview) -> None:
         """Buffer bytes without decoding them (the server decodes as its request window allows)."""
-        self._buf += data
+        if data:
+            self._chunks.append(data)
+            self._size += len(data)
 
-    def pop_raw(self) -> bytes | None:
-        """The next complete frame's body, undecoded, or None if none is complete yet."""
-        buf = self._buf
-        if len(buf) < 4:
+    def pop_raw(self) -> bytes | memoryview | None:
+        """The next complete frame's body, undecoded (a view where it lies in one received chunk),
+        or None if none is complete yet."""
+        size = self._size
+        if size < 4:
             return None
-        (length,) = _LEN.unpack_from(buf, 0)
+        chunks = self._chunks
+        first = chunks[0]
+        if len(first) < 4:
+            first = self._join()
+        (length,) = _LEN.unpack_from(first, 0)
         if length > self.max_frame_bytes:
             raise FramingError(f"frame of {length} bytes exceeds socket.request.max.bytes={self.max_frame_bytes}")
-        if len(buf) - 4 < length:
+        end = 4 + length
+        if size < end:
             return None
-        body = bytes(memoryview(buf)[4:4 + length])
-        del buf[:4 + length]
+        if len(first) < end:
+            first = self._join()
+        view = memoryview(first)
+        body = view[4:end]
+        if len(first) == end:
+            chunks.popleft()
+        else:
+            chunks[0] = view[end:]
+        self._size = size - end
         return body
+
+    def _join(self) -> bytes:
+        """Every buffered chunk as one (a frame spans several)."""
+        joined = b"".join(self._chunks)
+        self._chunks.clear()
+        self._chunks.append(joined)
+        return joined
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        return self._size
 
 
 # Bodies above this size are decoded in chunks of at most this many bytes of

@@ -137,9 +137,9 @@ class PartitionLog:
         self._roll_flush_pending: int | None = None
         self._last_flush_ms = self._clock()
         self._closed = False
-        # Invariant: the bytes the last leader append stored, when it made them in one piece (one batch),
-        # else None; the partition keeps them for its tail cache instead of stamping the batch again.
-        self.last_stamped: bytes | None = None
+        # Invariant: the bytes the last leader append stored, when it made them in one piece (one batch) and
+        # nobody took them yet (`take_stamped`), else None.
+        self._stamped: bytes | None = None
         now = self._clock()
         for seg in self._segments:
             seg.created_ms = min(seg.created_ms, now)
@@ -266,7 +266,7 @@ class PartitionLog:
                 offset += h.last_offset_delta + 1
                 appended.append(AppendedBatch(h.position, h.size, offset - 1, h.max_timestamp))
             self._segments[-1].append(chunks, appended, next_offset, info.size)
-            self.last_stamped = None
+            self._stamped = None
         return AppendResult(base, next_offset - 1)
 
     def _append_one_as_leader(self, batch: bytes | bytearray | memoryview, one: tuple[int, int, int],
@@ -287,8 +287,14 @@ class PartitionLog:
                     self._assigned_from_batches(before)
             stamped = b"".join((stamp_prefix(base, size, leader_epoch), memoryview(batch)[16:]))
             self._segments[-1].append(stamped, [(0, size, last, max_ts)], last + 1, size)
-            self.last_stamped = stamped
+            self._stamped = stamped
         return AppendResult(base, last)
+
+    def take_stamped(self) -> bytes | None:
+        """The bytes the last leader append stored, once, when it made them in one piece: the partition keeps
+        them for its tail cache instead of stamping the batch again (the log holds no reference after)."""
+        stamped, self._stamped = self._stamped, None
+        return stamped
 
     def _check_leader_append(self, size: int, leader_epoch: int) -> int | None:
         """The leader-append checks that need no lock: `size` fits a segment,

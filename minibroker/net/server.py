@@ -524,9 +524,9 @@ class ServerConnection(asyncio.Protocol):
             if isinstance(r, _Encoded):
                 out.append(r.frame)
             elif r is not _NO_RESPONSE:
-                out.append(encode_frame(r))
+                out += frame_parts(r)
         if out and not self._closed and self.transport is not None:
-            self.transport.write(b"".join(out) if len(out) > 1 else out[0])
+            self.transport.writelines(out)
             self._last_active = self._loop.time()
 
 

@@ -37,10 +37,69 @@ def encode_frame(message: dict[str, Any]) -> bytes:
     return _LEN.pack(len(body)) + body
 
 
-def frame_parts(message: dict[str, Any]) -> tuple[bytes, bytes]:
-    """`encode_frame` as (length prefix, body), for a transport's writelines: a large body is not copied again."""
-    body = _packer().pack(message)
-    return _LEN.pack(len(body)), body
+# A message carrying at least this many bytes of record batches (a Fetch response's `records`) is framed
+# around them: the batches go out as buffers of their own, never copied into the frame.
+BLOB_FRAME_BYTES = 64 * 1024
+_BLOB_MIN = 4096                    # a bytes value at least this long is one of those buffers
+
+
+def frame_parts(message: dict[str, Any]) -> list[bytes]:
+    """`encode_frame` as buffers for a transport's writelines: the length prefix and the body, which is
+    not copied again; a message with large record batches (`records_bytes`) as the msgpack around each
+    batch and the batch itself, which is not copied at all (the same bytes on the wire)."""
+    if records_bytes(message) < BLOB_FRAME_BYTES:
+        body = _packer().pack(message)
+        return [_LEN.pack(len(body)), body]
+    return _frame_around_blobs(message)
+
+
+def records_bytes(message: dict[str, Any]) -> int:
+    """The bytes of record batches a response carries (each topic's partitions' `records`)."""
+    topics = message.get("topics")
+    if type(topics) is not list:
+        return 0
+    n = 0
+    for t in topics:
+        parts = t.get("partitions") if type(t) is dict else None
+        if type(parts) is list:
+            for p in parts:
+                r = p.get("records") if type(p) is dict else None
+                if type(r) is bytes:
+                    n += len(r)
+    return n
+
+
+def _frame_around_blobs(message: dict[str, Any]) -> list[bytes]:
+    packer = msgpack.Packer(use_bin_type=True, autoreset=False)
+    out: list[bytes] = [b""]
+    _pack_around_blobs(packer, message, out)
+    out.append(packer.bytes())
+    out[0] = _LEN.pack(sum(len(b) for b in out))
+    return out
+
+
+def _pack_around_blobs(packer: msgpack.Packer, v: Any, out: list[bytes]) -> None:
+    """`v` into `packer`, but each bytes value of _BLOB_MIN or more appended to `out` as it is (after what
+    the packer holds and the value's bin header). A plain function, not a closure: a recursive closure
+    is a reference cycle, which would keep the batches until the (rare) cyclic GC ran."""
+    t = type(v)
+    if t is dict:
+        packer.pack_map_header(len(v))
+        for k, x in v.items():
+            packer.pack(k)
+            _pack_around_blobs(packer, x, out)
+    elif t is list:
+        packer.pack_array_header(len(v))
+        for x in v:
+            _pack_around_blobs(packer, x, out)
+    elif t is bytes and len(v) >= _BLOB_MIN:
+        out.append(packer.bytes())
+        packer.reset()
+        n = len(v)
+        out.append(b"\xc5" + n.to_bytes(2, "big") if n < 0x10000 else b"\xc6" + n.to_bytes(4, "big"))
+        out.append(v)
+    else:
+        packer.pack(v)
 
 
 def encode_frame_chunked(message: dict[str, Any]) -> bytes:

@@ -28,7 +28,9 @@ batch) is in the figure; it is small and the same for every tree.
 `bench/cpu_per_record.py --awaited` measures a real cluster, where the
 kernel, the other processes and the machine's neighbours move the figure by
 10 % from run to run; this one measures the follower's Python path alone.
-It prints the CPU per record (process time, min/median/max of the runs).
+It prints the CPU per record (process time, min/median/max of the runs) and
+the median wall time from an answer handed over to the follower to its next
+Fetch leaving (the follower's hop of the awaited cycle, in process).
 For instruction counts, run it under valgrind at two sizes and divide the
 difference (startup cancels out):
 
@@ -91,6 +93,8 @@ class _FakeLeader:
         self.offset = -1                   # the follower's position as the session holds it
         self.template = bytearray(build_batch([b"x" * 100], timestamp_ms=int(time.time() * 1000),
                                               producer_id=PRODUCER_ID, producer_epoch=0, base_sequence=0))
+        self.delivered = 0                  # perf_counter_ns when the last answer was handed over
+        self.gaps_ns: list[int] = []        # from each answer handed over to the next Fetch sent (timed ones)
         self.start: os.times_result | None = None
         self.end: os.times_result | None = None
         self.done = asyncio.get_running_loop().create_future()
@@ -104,8 +108,15 @@ class _FakeLeader:
         _FRAME.pack_into(b, 0, n, len(b) - LOG_OVERHEAD, LEADER_EPOCH)
         return bytes(b)
 
+    def deliver(self, to: Any, answer: Any) -> None:
+        """An answer arrives (`to(answer)`): the clock of the answer -> next Fetch gap starts."""
+        self.delivered = time.perf_counter_ns()
+        to(answer)
+
     def answer(self, api: int, body: dict[str, Any]) -> dict[str, Any] | None:
         """The answer to one request, or None for a Fetch that parks (the last one)."""
+        if self.start is not None and self.end is None:
+            self.gaps_ns.append(time.perf_counter_ns() - self.delivered)
         if api != ApiKey.FETCH:
             raise RuntimeError(f"the follower sent api {api}: not expected in this bench")
         if body["replica_id"] != FOLLOWER or body["broker_epoch"] != BROKER_EPOCHS[FOLLOWER]:
@@ -155,7 +166,7 @@ class _FakeConnection:
         fut: asyncio.Future[dict[str, Any]] = loop.create_future()
         resp = self.leader.answer(int(api), body)
         if resp is not None:
-            loop.call_soon(fut.set_result, resp)
+            loop.call_soon(self.leader.deliver, fut.set_result, resp)
         return await fut
 
 
@@ -175,7 +186,7 @@ class _LeaderTransport:
         for msg in self.decoder.feed(data):
             resp = self.leader.answer(msg["api"], msg)
             if resp is not None:
-                loop.call_soon(self.conn._on_data, self.encode({"id": msg["id"], **resp}))
+                loop.call_soon(self.leader.deliver, self.conn._on_data, self.encode({"id": msg["id"], **resp}))
 
     def close(self) -> None:
         pass
@@ -214,8 +225,9 @@ class _Peers:
         raise RuntimeError("the follower dropped its connection to the leader")
 
 
-async def _run(records: int, wire: bool, profile: cProfile.Profile | None) -> tuple[float, float]:
-    """User and system CPU seconds per record of `records` awaited cycles."""
+async def _run(records: int, wire: bool, profile: cProfile.Profile | None) -> tuple[float, float, float]:
+    """User and system CPU seconds per record of `records` awaited cycles, and the median wall time
+    from an answer handed over to the next Fetch sent, in seconds."""
     with tempfile.TemporaryDirectory(prefix="minibroker-follower-path-") as tmp:
         config = Config({**DEFAULTS, "node.id": str(FOLLOWER)})
         image = MetadataImage(config)
@@ -243,7 +255,8 @@ async def _run(records: int, wire: bool, profile: cProfile.Profile | None) -> tu
                                    f"producer {part.producers.entry(PRODUCER_ID)}")
             assert leader.start is not None and leader.end is not None
             start, end = leader.start, leader.end
-            return (end.user - start.user) / records, (end.system - start.system) / records
+            return ((end.user - start.user) / records, (end.system - start.system) / records,
+                    statistics.median(leader.gaps_ns) / 1e9)
         finally:
             await rm.shutdown()
             await asyncio.to_thread(lm.shutdown)
@@ -265,12 +278,15 @@ def main() -> None:
     except ImportError:
         run = asyncio.run
     runs = [run(_run(args.records, args.wire, None)) for _ in range(args.runs)]
-    user = [u * 1e6 for u, _ in runs]
-    system = [s * 1e6 for _, s in runs]
+    user = [u * 1e6 for u, _, _ in runs]
+    system = [s * 1e6 for _, s, _ in runs]
+    gap = [g * 1e6 for _, _, g in runs]
     print(f"follower path{' through a Connection' if args.wire else ''}, {args.records:,} awaited records "
           f"of 100 B, RF=3, in process: "
           f"user {statistics.median(user):.1f} us/record (min {min(user):.1f}, max {max(user):.1f}), "
-          f"system {statistics.median(system):.1f} (min {min(system):.1f}, max {max(system):.1f}), {args.runs} runs")
+          f"system {statistics.median(system):.1f} (min {min(system):.1f}, max {max(system):.1f}); "
+          f"answer -> next Fetch p50 {statistics.median(gap):.1f} us (min {min(gap):.1f}, max {max(gap):.1f}); "
+          f"{args.runs} runs")
     if args.profile:
         prof = cProfile.Profile()
         run(_run(args.records, args.wire, prof))

@@ -50,13 +50,15 @@ SESSION_ERRORS = (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_
 
 class FetcherHooks(Protocol):
     def on_follower_progress(self, part: Partition, old_hw: int, appended_bytes: int) -> None:
-        """After an append and/or HW update on a follower replica."""
+        """After an append and/or HW update on a follower replica: on the loop's next turn, once
+        the Fetch that acknowledges it has left."""
 
     def on_follower_truncated(self, part: Partition) -> None:
         """After a truncation of a follower replica's log."""
 
-    def flush(self, parts: list[Partition]) -> Awaitable[None]:
-        """fsync the given logs before the next Fetch acknowledges them (or nothing)."""
+    def flush(self, parts: list[Partition]) -> Awaitable[None] | None:
+        """fsync the given logs before the next Fetch acknowledges them: what to wait on for
+        that, or None when there is nothing to wait for (no fsync before acks)."""
 
     def state_changes(self) -> int:
         """A count that moves whenever any replica's log end, log start, HW or role moves."""
@@ -130,6 +132,8 @@ class ReplicaFetcher:
         self.leader_id = leader_id
         self.settings = settings
         self.peers = peers
+        # The open connection to a peer without a coroutine (None: ask `peers.get`), when the peers offer it.
+        self._current: Callable[[int], Any] | None = getattr(peers, "current", None)
         self.broker_epoch = broker_epoch
         self.hooks = hooks
         self._sink = sink
@@ -204,8 +208,18 @@ class ReplicaFetcher:
 
     async def _run(self) -> None:
         """The fetch loop, started by the first `add`; it ends when cancelled or, should a
-        cancel ever be lost on the way (3.11's wait_for, gh-86296), once `stop` has let go of it."""
+        cancel ever be lost on the way (3.11's wait_for, gh-86296), once `stop` has let go of it.
+
+        One round per Fetch: the ready states, the connection, the Fetch, its answer carried out
+        (`_take`), the flush of what it appended. The HW and progress reports of the round
+        (`_report`) run on the loop's next turn, after the next Fetch has left: that Fetch
+        acknowledges the appends (and names the log start the round may have moved), so only
+        they (and their flush) stand between an answer and the next Fetch."""
         me = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        current = self._current
+        leader = self.leader_id
+        timeout = self.settings.socket_timeout_ms + self.settings.wait_max_ms
         try:
             while self._task is me:
                 now = self._clock()
@@ -213,7 +227,41 @@ class ReplicaFetcher:
                 if not ready:
                     await self._idle(now)
                     continue
-                await self._fetch_once(ready)
+                conn = current(leader) if current is not None else None
+                if conn is None:
+                    try:
+                        conn = await self.peers.get(leader)
+                    except KafkaError as exc:
+                        self._on_transport_error(ready, exc)
+                        continue
+                body, full, sent = self._build(ready)
+                self.requests += 1
+                try:
+                    resp = await conn.request(ApiKey.FETCH, body, timeout_ms=timeout)
+                except KafkaError as exc:
+                    self._session.reset()
+                    if exc.code == ErrorCode.REQUEST_TIMED_OUT:
+                        self.peers.drop(leader)
+                    self._on_transport_error(ready, exc)
+                    continue
+                code = resp.get("error", 0)
+                if code:
+                    self._on_fetch_error(ready, code, resp.get("message", ""))
+                    continue
+                self._session.on_response(resp.get("session_id", INVALID_SESSION_ID))
+                if self._transport_error:
+                    self._transport_error = ""
+                    self._emit("fetcher_recovered", "", None, None, f"fetching from broker {leader} again")
+                appended, progress, out_of_range = self._take(resp, sent, full)
+                if appended:
+                    flushing = self.hooks.flush(appended)
+                    if flushing is not None:
+                        await flushing
+                if progress:
+                    loop.call_soon(self._report, progress)
+                for st in out_of_range:
+                    if self._states.get(st.partition.key) is st:
+                        await self._handle_out_of_range(conn, st)
         except asyncio.CancelledError:
             raise
         except Exception:  # pragma: no cover - a bug; keep the broker alive and say so
@@ -256,36 +304,14 @@ class ReplicaFetcher:
         timeout = max(0, min(pending) - now) / 1000 if pending else None
         await wait_event(self._wake, timeout)      # not wait_for: on 3.11 it can swallow the stop's cancel
 
-    async def _fetch_once(self, ready: list[FetchState]) -> None:
-        try:
-            conn = await self.peers.get(self.leader_id)
-        except KafkaError as exc:
-            self._on_transport_error(ready, exc)
+    def _on_fetch_error(self, ready: list[FetchState], code: int, message: str) -> None:
+        """A Fetch answered with a top-level error: the next Fetch is full; a session error
+        (the leader lost or moved on from our session) is retried at once, any other backs off."""
+        self._session.reset()
+        if code in SESSION_ERRORS:
+            log.info("fetch session with broker %d reset: %s", self.leader_id, message)
             return
-        body, full, sent = self._build(ready)
-        timeout = self.settings.socket_timeout_ms + self.settings.wait_max_ms
-        self.requests += 1
-        try:
-            resp = await conn.request(ApiKey.FETCH, body, timeout_ms=timeout)
-        except KafkaError as exc:
-            self._session.reset()
-            if exc.code == ErrorCode.REQUEST_TIMED_OUT:
-                self.peers.drop(self.leader_id)
-            self._on_transport_error(ready, exc)
-            return
-        code = resp.get("error", 0)
-        if code:
-            self._session.reset()
-            if code in SESSION_ERRORS:      # the leader lost or moved on from our session: a full Fetch now
-                log.info("fetch session with broker %d reset: %s", self.leader_id, resp.get("message", ""))
-                return
-            self._on_transport_error(ready, KafkaError(code, resp.get("message", ""), remote=True))
-            return
-        self._session.on_response(resp.get("session_id", INVALID_SESSION_ID))
-        if self._transport_error:
-            self._transport_error = ""
-            self._emit("fetcher_recovered", "", None, None, f"fetching from broker {self.leader_id} again")
-        await self._process(conn, resp, sent, full)
+        self._on_transport_error(ready, KafkaError(code, message, remote=True))
 
     def _build(self, ready: list[FetchState]) -> tuple[dict[str, Any], bool, dict[PartitionKey, FetchState]]:
         """The next Fetch: in a session (KIP-227) it names only the partitions whose position
@@ -361,25 +387,31 @@ class ReplicaFetcher:
                 "session_id": session_id, "session_epoch": epoch, "forgotten_topics": forgotten or None,
                 "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}, full
 
-    async def _process(self, conn: Any, resp: dict[str, Any], sent: dict[PartitionKey, FetchState],
-                       full: bool = True) -> None:
-        """Triggered by each Fetch response: every partition in it goes to its core. An
-        incremental response leaves out the partitions with nothing new (KIP-227)."""
+    def _take(self, resp: dict[str, Any], sent: dict[PartitionKey, FetchState], full: bool) -> tuple[
+            list[Partition], list[tuple[FetchState, int, int]], list[FetchState]]:
+        """Triggered by each Fetch response: every partition in it goes to its core, whose actions
+        are carried out but for the reports to the hooks. An incremental response leaves out the
+        partitions with nothing new (KIP-227). Returns (the partitions appended to, to flush; the
+        (state, old HW, bytes appended) to report, `_report`; the states whose offset is out of
+        range, for `_handle_out_of_range`)."""
         now = self._clock()
         appended: list[Partition] = []
-        progress: list[tuple[Partition, int, int]] = []
+        progress: list[tuple[FetchState, int, int]] = []
         out_of_range: list[FetchState] = []
         answered: set[PartitionKey] = set()
         recheck = self._recheck if self._recheck is not None else set()
+        dirty, states = self._dirty, self._states
         for t in resp.get("topics", ()):
             topic = t["topic"]
             for e in t["partitions"]:
                 key = (topic, e["partition"])
-                self._dirty.add(key)
+                dirty.add(key)
                 recheck.add(key)
-                st = sent.get(key) if key not in answered else None
+                if key in answered:
+                    continue
                 answered.add(key)
-                if st is None or self._states.get(key) is not st:
+                st = sent.get(key)
+                if st is None or states.get(key) is not st:
                     continue            # removed or restarted while the request was in flight
                 part = st.partition
                 written = 0
@@ -393,22 +425,27 @@ class ReplicaFetcher:
                             appended.append(part)
                     elif isinstance(action, UpdateHighWatermark):
                         old_hw = part.update_follower_hw(action.leader_hw, action.leader_log_start, now)
-                        progress.append((part, old_hw, written))
+                        progress.append((st, old_hw, written))
                     elif isinstance(action, ListLeaderOffset):
                         out_of_range.append(st)
                     else:
                         self._carry_truncation(st, action, now)
-        for key, st in sent.items() if full else ():
-            if key not in answered and self._states.get(key) is st:
-                recheck.add(key)
-                st.core.on_error(ErrorCode.UNKNOWN_SERVER_ERROR, now, "the leader's answer left this partition out")
-        if appended:
-            await self.hooks.flush(appended)
-        for part, old_hw, n in progress:
-            self.hooks.on_follower_progress(part, old_hw, n)
-        for st in out_of_range:
-            if self._states.get(st.partition.key) is st:
-                await self._handle_out_of_range(conn, st)
+        if full:
+            for key, st in sent.items():
+                if key not in answered and states.get(key) is st:
+                    recheck.add(key)
+                    st.core.on_error(ErrorCode.UNKNOWN_SERVER_ERROR, now,
+                                     "the leader's answer left this partition out")
+        return appended, progress, out_of_range
+
+    def _report(self, progress: list[tuple[FetchState, int, int]]) -> None:
+        """A round's appends and HW moves, told to the hooks (parked reads wake) once its next
+        Fetch has left; a state replaced meanwhile was reported by whatever replaced it."""
+        states = self._states
+        for st, old_hw, n in progress:
+            part = st.partition
+            if states.get(part.key) is st:
+                self.hooks.on_follower_progress(part, old_hw, n)
 
     # ------------------------------------------------------------ carrying actions out
 

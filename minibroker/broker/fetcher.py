@@ -96,11 +96,24 @@ class FetchState:
     Replaced (never reset) when a new leader epoch restarts fetching, so an
     in-flight answer for the old state is recognised and dropped."""
 
-    __slots__ = ("partition", "core")
+    __slots__ = ("partition", "core", "_epochs", "_epochs_of")
 
     def __init__(self, partition: Partition, core: PartitionFollower) -> None:
         self.partition = partition
         self.core = core
+        # Invariant: `_epochs` are the entries of the epoch cache `_epochs_of` holds (cache, version).
+        self._epochs: tuple[tuple[int, int], ...] = ()
+        self._epochs_of: tuple[Any, int] | None = None
+
+    def view(self) -> LogView:
+        """`log_view(self.partition)`, copying the epoch entries only when the epoch cache moved."""
+        log = self.partition.log
+        cache = log.epoch_cache
+        of = (cache, cache.version)
+        if of != self._epochs_of:
+            self._epochs = tuple(cache.entries)
+            self._epochs_of = of
+        return LogView(log.log_end_offset, log.log_start_offset, self._epochs)
 
     @property
     def leader_epoch(self) -> int:
@@ -361,7 +374,7 @@ class ReplicaFetcher:
         if cached is not None and cached[0] is st and cached[1] == leo and cached[2] == start \
                 and key not in self._dirty:
             return part.topic, cached[3]
-        pos = st.core.next_position(log_view(part))
+        pos = st.core.next_position(st.view())
         entry = {"partition": part.index, "fetch_offset": pos.fetch_offset,
                  "current_leader_epoch": pos.current_leader_epoch, "last_fetched_epoch": pos.last_fetched_epoch,
                  "log_start_offset": pos.log_start_offset, "partition_max_bytes": self.settings.partition_max_bytes}
@@ -415,7 +428,7 @@ class ReplicaFetcher:
                     continue            # removed or restarted while the request was in flight
                 part = st.partition
                 written = 0
-                for action in st.core.on_fetch_answer(fetch_answer(e), log_view(part), now):
+                for action in st.core.on_fetch_answer(fetch_answer(e), st.view(), now):
                     if isinstance(action, Append):
                         n = self._append(st, e.get("records") or b"", now)
                         if n is None:
@@ -543,9 +556,8 @@ def fetch_answer(e: dict[str, Any]) -> FetchAnswer:
     diverging = None
     if div is not None and div.get("epoch", -1) >= -1 and div.get("end_offset", -1) >= 0:
         diverging = (int(div["epoch"]), int(div["end_offset"]))
-    return FetchAnswer(error=e.get("error", 0), high_watermark=e.get("high_watermark", -1),
-                       log_start_offset=e.get("log_start_offset", -1), has_records=bool(e.get("records")),
-                       diverging_epoch=diverging, message=e.get("message", "") or "")
+    return FetchAnswer(e.get("error", 0), e.get("high_watermark", -1), e.get("log_start_offset", -1),
+                       bool(e.get("records")), diverging, e.get("message", "") or "")
 
 
 class FetcherManager:

@@ -195,6 +195,27 @@ async def test_the_next_fetch_waits_for_the_flush_of_what_it_acknowledges(tmp_pa
     assert conn.fetches()[1]["topics"][0]["partitions"][0]["fetch_offset"] == 1
 
 
+def test_a_states_log_view_follows_every_change_of_the_log_and_its_epochs(tmp_path):
+    """FetchState.view copies the epoch entries only when the epoch cache moved; it always equals log_view."""
+    from minibroker.broker.fetcher import FetchState, log_view
+    from minibroker.replication.follower_core import PartitionFollower
+    part = follower(tmp_path)
+    st = FetchState(part, PartitionFollower("t-0", 1, 5, 1000))
+    assert st.view() == log_view(part) and st.view().epochs == ()
+    steps = [lambda: part.append_as_follower(stamp(build_batch([b"a", b"b"]), 0, 3), 0),
+             lambda: part.append_as_follower(stamp(build_batch([b"c"]), 2, 3), 0),
+             lambda: part.append_as_follower(stamp(build_batch([b"d"]), 3, 5), 0),
+             lambda: part.truncate_to(3, 0, "test"),
+             lambda: part.log.maybe_increment_log_start_offset(1),
+             lambda: part.truncate_fully_and_start_at(10, 0, "test"),
+             lambda: part.append_as_follower(stamp(build_batch([b"e"]), 10, 7), 0)]
+    for step in steps:
+        before = st.view()
+        step()
+        assert st.view() == log_view(part) and st.view() != before
+    assert st.view().epochs == ((7, 10),)
+
+
 async def test_fenced_at_our_epoch_stops_fetching_until_new_metadata(tmp_path, events):
     part = follower(tmp_path)
     conn = ScriptedLeader(lambda api, body: answer_partition(error=int(ErrorCode.FENCED_LEADER_EPOCH)))

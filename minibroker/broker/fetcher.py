@@ -132,6 +132,21 @@ class FetchState:
         return self.core.last_error
 
 
+class _Build:
+    """A fetcher's last Fetch build: the ready states it was built for (in order), the hooks' change
+    count it saw, each state's entry (in that order), the states by key, and each key's row."""
+
+    __slots__ = ("ready", "changes", "entries", "sent", "index")
+
+    def __init__(self, ready: list[FetchState], changes: int, entries: list[tuple[str, dict[str, Any]]],
+                 sent: dict[PartitionKey, FetchState], index: dict[PartitionKey, int]) -> None:
+        self.ready = ready
+        self.changes = changes
+        self.entries = entries
+        self.sent = sent
+        self.index = index
+
+
 class ReplicaFetcher:
     """Fetches every partition this broker follows from one leader broker.
 
@@ -161,10 +176,9 @@ class ReplicaFetcher:
         # truncated since), so an idle follower does not rebuild 1,000 positions per Fetch.
         self._built: dict[PartitionKey, tuple[FetchState, int, int, dict[str, Any]]] = {}
         self._dirty: set[PartitionKey] = set()
-        # Invariant: the ready states, the hooks' change count and the entries of the last build; while
-        # the first two hold and nothing is dirty, the next build gives the same entries.
-        self._last_build: tuple[list[FetchState], int, list[tuple[str, dict[str, Any]]],
-                                dict[PartitionKey, FetchState], dict[PartitionKey, int]] | None = None
+        # Invariant: the last build; while its ready states and change count hold and nothing is dirty,
+        # the next build gives the same entries.
+        self._last_build: _Build | None = None
         # Invariant: while not None, `list(self._states.values())`.
         self._all: list[FetchState] | None = None
         # Invariant: every state outside `_held_back` was ready when last checked and its core has not
@@ -334,42 +348,51 @@ class ReplicaFetcher:
         dirty = self._dirty
         changes = self.hooks.state_changes()
         last = self._last_build
-        if last is not None and (last[0] is ready or last[0] == ready):
-            if not dirty and last[1] == changes:
-                return (*self._body(last[2], None), last[3])    # an idle follower: nothing any entry depends on moved
-            moved = self.hooks.changed_since(last[1])
+        if last is not None and (last.ready is ready or last.ready == ready):
+            if last.changes == changes:
+                if not dirty:
+                    return (*self._body(last.entries, None), last.sent)     # idle: nothing an entry depends on moved
+                moved: set[Any] | None = dirty
+            else:
+                moved = self.hooks.changed_since(last.changes)
+                if moved is not None and dirty:
+                    moved = moved | dirty
             if moved is not None:
-                return self._build_changed(ready, changes, last, moved | dirty if dirty else moved)
+                return self._build_changed(ready, changes, last, moved)
         entries: list[tuple[str, dict[str, Any]]] = []
         for st in ready:
             entries.append(self._entry(st))
         dirty.clear()
         sent = {st.partition.key: st for st in ready}
-        index = {key: i for i, key in enumerate(sent)}
-        self._last_build = (ready, changes, entries, sent, index)
+        self._last_build = _Build(ready, changes, entries, sent, {key: i for i, key in enumerate(sent)})
         return (*self._body(entries, False), sent)
 
-    def _build_changed(self, ready: list[FetchState], changes: int, last: Any, moved: set[Any]) -> tuple[
+    def _build_changed(self, ready: list[FetchState], changes: int, last: _Build, moved: set[Any]) -> tuple[
             dict[str, Any], bool, dict[PartitionKey, FetchState]]:
         """`_build` when only the partitions in `moved` (the change log's and `_dirty`) can have a
         new position: the last build's entries with theirs rebuilt, in the same order."""
-        _, _, old, sent, index = last
-        entries = list(old)
+        entries, index = last.entries, last.index
+        if len(moved) == 1:
+            i = index.get(next(iter(moved)))
+            rows = [] if i is None else [i]
+        else:
+            rows = sorted(i for k in moved if (i := index.get(k)) is not None)
         changed: list[tuple[str, dict[str, Any]]] = []
-        for i in sorted(i for k in moved if (i := index.get(k)) is not None):
+        for i in rows:
             e = self._entry(ready[i])
-            if e[1] is not old[i][1]:
+            if e[1] is not entries[i][1]:
                 entries[i] = e
                 changed.append(e)
         self._dirty.clear()
-        self._last_build = (ready, changes, entries, sent, index)
-        return (*self._body(entries, changed), sent)
+        last.changes = changes
+        return (*self._body(entries, changed), last.sent)
 
     def _entry(self, st: FetchState) -> tuple[str, dict[str, Any]]:
         """One partition's Fetch entry: the one last built while nothing it depends on moved."""
         part = st.partition
         key = part.key
-        leo, start = part.leo, part.log_start_offset
+        log = part.log
+        leo, start = log.log_end_offset, log.log_start_offset
         cached = self._built.get(key)
         if cached is not None and cached[0] is st and cached[1] == leo and cached[2] == start \
                 and key not in self._dirty:
@@ -385,20 +408,26 @@ class ReplicaFetcher:
               changed: list[tuple[str, dict[str, Any]]] | bool | None) -> tuple[dict[str, Any], bool]:
         """`changed`: None, the same entries as the last build; a list, the last build's entries
         but for these; False, any entries."""
-        session_id, epoch = self._session.request_ids
-        built = self._session.build_changed(changed) if isinstance(changed, list) else None
+        session = self._session
+        session_id, epoch = session.session_id, session.epoch
+        built = session.build_changed(changed) if changed.__class__ is list else None
         if built is None:
-            built = self._session.build(entries, same=changed is None)
+            built = session.build(entries, same=changed is None)
         send, forgotten, full = built
         self.last_named = len(send)
-        topics: dict[str, list[dict[str, Any]]] = {}
-        for topic, entry in send:
-            topics.setdefault(topic, []).append(entry)
+        if len(send) == 1:
+            topic, entry = send[0]
+            topics = [{"topic": topic, "partitions": [entry]}]
+        else:
+            by_topic: dict[str, list[dict[str, Any]]] = {}
+            for topic, entry in send:
+                by_topic.setdefault(topic, []).append(entry)
+            topics = [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]
         s = self.settings
         return {"replica_id": s.replica_id, "broker_epoch": self.broker_epoch(),
                 "max_wait_ms": s.wait_max_ms, "min_bytes": s.min_bytes, "max_bytes": s.response_max_bytes,
                 "session_id": session_id, "session_epoch": epoch, "forgotten_topics": forgotten or None,
-                "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}, full
+                "topics": topics}, full
 
     def _take(self, resp: dict[str, Any], sent: dict[PartitionKey, FetchState], full: bool) -> tuple[
             list[Partition], list[tuple[FetchState, int, int]], list[FetchState]]:
@@ -454,11 +483,14 @@ class ReplicaFetcher:
     def _report(self, progress: list[tuple[FetchState, int, int]]) -> None:
         """A round's appends and HW moves, told to the hooks (parked reads wake) once its next
         Fetch has left; a state replaced meanwhile was reported by whatever replaced it."""
-        states = self._states
+        states, hooks, last = self._states, self.hooks, self._last_build
+        before = hooks.state_changes()
         for st, old_hw, n in progress:
             part = st.partition
             if states.get(part.key) is st:
-                self.hooks.on_follower_progress(part, old_hw, n)
+                hooks.on_follower_progress(part, old_hw, n)
+        if last is not None and last.changes == before and last is self._last_build:
+            last.changes = hooks.state_changes()     # the reports moved no Fetch entry: the next build need not look
 
     # ------------------------------------------------------------ carrying actions out
 

@@ -363,12 +363,15 @@ class Partition:
     def update_follower_hw(self, leader_hw: int, leader_log_start: int, now_ms: int) -> int:
         """R3.4/R3.5: HW = clamp(leader HW, log start, LEO), and follow the
         leader's log start forward. Returns the old HW (the HW may drop)."""
-        if follows_log_start(leader_log_start, self.log.log_start_offset, self.log.log_end_offset):
-            self.log.maybe_increment_log_start_offset(
+        lg = self.log
+        start, leo = lg.log_start_offset, lg.log_end_offset
+        if follows_log_start(leader_log_start, start, leo):
+            lg.maybe_increment_log_start_offset(
                 leader_log_start, reason=f"leader {self.leader_id} log start offset is {leader_log_start}")
-            self.producers.truncate_head(self.log.log_start_offset)
+            start = lg.log_start_offset
+            self.producers.truncate_head(start)
         old = self._hw
-        new = follower_high_watermark(leader_hw, self.log.log_start_offset, self.log.log_end_offset)
+        new = follower_high_watermark(leader_hw, start, leo)
         if new != old:
             self._hw = new
             if new < old:

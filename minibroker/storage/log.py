@@ -315,11 +315,14 @@ class PartitionLog:
         if len(batches) == 0:
             return self.log_end_offset - 1, []
         headers = batch_headers(batches)
-        active = self._segments[-1]
-        leo = expected = active.next_offset
+        leo = expected = self._segments[-1].next_offset
         cache = self.epoch_cache
-        prev_epoch = self.last_batch_epoch()
-        prev_epoch = -1 if prev_epoch is None else prev_epoch
+        latest = cache.latest_entry
+        if latest is not None and latest[1] < leo and leo > self._log_start_offset:
+            prev_epoch = latest[0]                       # the last batch's epoch, as last_batch_epoch() says
+        else:
+            last = self.last_batch_epoch()
+            prev_epoch = -1 if last is None else last
         appended = []
         for h in headers:
             base, epoch = h.base_offset, h.leader_epoch
@@ -340,7 +343,6 @@ class PartitionLog:
             if self._segments[-1].next_offset != leo:
                 raise UnexpectedAppendOffset(self.log_end_offset, leo)
             self._maybe_roll_locked(len(batches), expected - 1, now_ms)
-            latest = cache.latest_entry
             if latest is None or latest[0] != prev_epoch or latest[1] > leo \
                     or headers[0].leader_epoch != prev_epoch:      # else every assign is a no-op
                 before = cache.version

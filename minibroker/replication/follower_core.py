@@ -221,10 +221,11 @@ class PartitionFollower:
             self.leader_hw = answer.high_watermark
             if self.last_error:
                 self.last_error = 0
+            if self.stuck is not None:
+                self._progress(now_ms, "appending the leader's batches" if answer.has_records
+                               else "the leader answered without error or divergence")
             if answer.has_records:
-                self._progress(now_ms, "appending the leader's batches")
                 return [APPEND, UpdateHighWatermark(answer.high_watermark, answer.log_start_offset)]
-            self._progress(now_ms, "the leader answered without error or divergence")
             return [UpdateHighWatermark(answer.high_watermark, answer.log_start_offset)]
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             return [ListLeaderOffset("latest")]
@@ -238,7 +239,7 @@ class PartitionFollower:
 
     def on_appended(self, appended_bytes: int, now_ms: int) -> None:
         """Triggered after the driver carried out `Append` (the bytes it wrote)."""
-        if appended_bytes:
+        if appended_bytes and self.stuck is not None:
             self._progress(now_ms, f"appended {appended_bytes} bytes")
 
     def on_truncated(self, before: LogView, after: LogView, now_ms: int) -> None:

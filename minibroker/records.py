@@ -445,9 +445,25 @@ def iter_batch_headers(buf: bytes | bytearray | memoryview, *, verify_crc: bool 
         pos += h.size
 
 
+try:
+    from minibroker._speedups import batch_headers as _c_batch_headers
+except ImportError:  # pragma: no cover - the C extension was not built
+    _c_batch_headers = None
+
+
 def batch_headers(buf: bytes | bytearray | memoryview) -> list[BatchHeader]:
     """`list(iter_batch_headers(buf, verify_crc=True))` in one pass (a follower's append): the same
-    checks and the same CORRUPT_MESSAGE at the first bad batch, with a header's fields unpacked once."""
+    checks and the same CORRUPT_MESSAGE at the first bad batch, with a header's fields unpacked once
+    (in C when minibroker._speedups is built; its refusal is explained by the Python twin)."""
+    if _c_batch_headers is not None:
+        out: list[BatchHeader] | None = _c_batch_headers(buf, BatchHeader, crc32c)
+        if out is not None:
+            return out
+    return batch_headers_py(buf)
+
+
+def batch_headers_py(buf: bytes | bytearray | memoryview) -> list[BatchHeader]:
+    """`batch_headers` in Python: the C version's twin, and the one that raises."""
     out: list[BatchHeader] = []
     pos = 0
     end = len(buf)

@@ -45,6 +45,9 @@ from minibroker.storage import UnexpectedAppendOffset
 log = logging.getLogger("minibroker.broker.fetcher")
 
 PartitionKey = tuple[str, int]
+# Makes a NamedTuple from a tuple of all its fields without its Python-level __new__ (as its _make does):
+# the follower core's values are made once or twice per partition answered.
+_new = tuple.__new__
 SESSION_ERRORS = (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH)
 
 
@@ -96,24 +99,24 @@ class FetchState:
     Replaced (never reset) when a new leader epoch restarts fetching, so an
     in-flight answer for the old state is recognised and dropped."""
 
-    __slots__ = ("partition", "core", "_epochs", "_epochs_of")
+    __slots__ = ("partition", "core", "_epochs", "_epochs_cache", "_epochs_version")
 
     def __init__(self, partition: Partition, core: PartitionFollower) -> None:
         self.partition = partition
         self.core = core
-        # Invariant: `_epochs` are the entries of the epoch cache `_epochs_of` holds (cache, version).
+        # Invariant: `_epochs` are the entries of the epoch cache `_epochs_cache` at version `_epochs_version`.
         self._epochs: tuple[tuple[int, int], ...] = ()
-        self._epochs_of: tuple[Any, int] | None = None
+        self._epochs_cache: Any = None
+        self._epochs_version = -1
 
     def view(self) -> LogView:
         """`log_view(self.partition)`, copying the epoch entries only when the epoch cache moved."""
         log = self.partition.log
         cache = log.epoch_cache
-        of = (cache, cache.version)
-        if of != self._epochs_of:
+        if cache is not self._epochs_cache or cache.version != self._epochs_version:
             self._epochs = tuple(cache.entries)
-            self._epochs_of = of
-        return LogView(log.log_end_offset, log.log_start_offset, self._epochs)
+            self._epochs_cache, self._epochs_version = cache, cache.version
+        return _new(LogView, (log.log_end_offset, log.log_start_offset, self._epochs))
 
     @property
     def leader_epoch(self) -> int:
@@ -588,8 +591,8 @@ def fetch_answer(e: dict[str, Any]) -> FetchAnswer:
     diverging = None
     if div is not None and div.get("epoch", -1) >= -1 and div.get("end_offset", -1) >= 0:
         diverging = (int(div["epoch"]), int(div["end_offset"]))
-    return FetchAnswer(e.get("error", 0), e.get("high_watermark", -1), e.get("log_start_offset", -1),
-                       bool(e.get("records")), diverging, e.get("message", "") or "")
+    return _new(FetchAnswer, (e.get("error", 0), e.get("high_watermark", -1), e.get("log_start_offset", -1),
+                              bool(e.get("records")), diverging, e.get("message", "") or ""))
 
 
 class FetcherManager:

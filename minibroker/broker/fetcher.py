@@ -394,17 +394,17 @@ class ReplicaFetcher:
         """One partition's Fetch entry: the one last built while nothing it depends on moved."""
         part = st.partition
         key = part.key
-        log = part.log
-        leo, start = log.log_end_offset, log.log_start_offset
         cached = self._built.get(key)
-        if cached is not None and cached[0] is st and cached[1] == leo and cached[2] == start \
-                and key not in self._dirty:
-            return part.topic, cached[3]
-        pos = st.core.next_position(st.view())
+        if cached is not None and cached[0] is st and key not in self._dirty:
+            log = part.log
+            if cached[1] == log.log_end_offset and cached[2] == log.log_start_offset:
+                return part.topic, cached[3]
+        view = st.view()
+        pos = st.core.next_position(view)
         entry = {"partition": part.index, "fetch_offset": pos.fetch_offset,
                  "current_leader_epoch": pos.current_leader_epoch, "last_fetched_epoch": pos.last_fetched_epoch,
                  "log_start_offset": pos.log_start_offset, "partition_max_bytes": self.settings.partition_max_bytes}
-        self._built[key] = (st, leo, start, entry)
+        self._built[key] = (st, view.leo, view.log_start_offset, entry)
         return part.topic, entry
 
     def _body(self, entries: list[tuple[str, dict[str, Any]]],

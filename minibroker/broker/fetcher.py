@@ -17,9 +17,11 @@ log changed so parked reads can be woken; its change count and change log
 last entries without looking at each partition, or rebuild only those of
 the partitions that moved.
 
-The next Fetch is sent as soon as the previous response is processed: its
-fetch offsets are the follower's acknowledgement. Long-polling happens on the
-leader (replica.fetch.wait.max.ms), never here.
+The next Fetch is sent as soon as the previous response is carried out (its
+appends written, and flushed when the hooks say so): its fetch offsets are
+the follower's acknowledgement. Only the reports to the hooks
+(`on_follower_progress`) wait for the loop's next turn, after it has left.
+Long-polling happens on the leader (replica.fetch.wait.max.ms), never here.
 """
 from __future__ import annotations
 

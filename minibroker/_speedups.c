@@ -52,7 +52,16 @@
  *     trusts its node: pass only nodes that check_spec(node) accepted
  *     (schema.validate does so once per spec).
  *
- * wall_ms, murmur2, msgpack_objects and check are stateless and allocate only their result.
+ * batch_headers(buf, cls, crc32c) -> list | None
+ *     The headers of the concatenated v2 batches in `buf`, for a follower's
+ *     append (minibroker.records.batch_headers): one `cls` per batch (a tuple
+ *     subclass of 14 fields: position, size, then the header's fields in
+ *     order, as records.BatchHeader), each batch's framing, structure and
+ *     CRC32C (`crc32c(memoryview)`) checked as records.iter_batch_headers
+ *     checks them. None at the first batch that fails a check: the Python
+ *     twin then raises the error that names it.
+ *
+ * wall_ms, murmur2, msgpack_objects, check and batch_headers are stateless and allocate only their result.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -818,6 +827,116 @@ static PyObject *response_entries(PyObject *self, PyObject *const *args, Py_ssiz
     return PyLong_FromSsize_t(n);
 }
 
+/* ---------------------------------------------------------------- batch_headers */
+
+#define BATCH_HEADER 61             /* records.HEADER_SIZE */
+#define LOG_OVERHEAD 12             /* base offset + batch length */
+#define BATCH_MAGIC 2
+#define KNOWN_ATTRIBUTES 0x0F       /* codec.CODEC_MASK | TIMESTAMP_TYPE_LOG_APPEND */
+#define CODEC_MASK 0x07
+#define MAX_CODEC 4                 /* codec.ZSTD */
+
+static inline uint64_t be_u64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static inline uint32_t be_u32(const unsigned char *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static inline int16_t be_i16(const unsigned char *p)
+{
+    return (int16_t)(((uint16_t)p[0] << 8) | p[1]);
+}
+
+static PyObject *batch_headers(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyType_Check(args[1]) || !PyType_IsSubtype((PyTypeObject *)args[1], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "batch_headers(buf, cls: a tuple subclass, crc32c)");
+        return NULL;
+    }
+    PyTypeObject *cls = (PyTypeObject *)args[1];
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    const Py_ssize_t end = view.len;
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        goto fail;
+    for (Py_ssize_t pos = 0; pos < end;) {
+        if (end - pos < BATCH_HEADER)
+            goto refuse;
+        const unsigned char *p = buf + pos;
+        const int64_t base = (int64_t)be_u64(p);
+        const int32_t length = (int32_t)be_u32(p + 8);
+        const int32_t epoch = (int32_t)be_u32(p + 12);
+        const int8_t magic = (int8_t)p[16];
+        const uint32_t crc = be_u32(p + 17);
+        const int16_t attrs = be_i16(p + 21);
+        const int32_t lod = (int32_t)be_u32(p + 23);
+        const int64_t first_ts = (int64_t)be_u64(p + 27);
+        const int64_t max_ts = (int64_t)be_u64(p + 35);
+        const int64_t pid = (int64_t)be_u64(p + 43);
+        const int16_t pepoch = be_i16(p + 51);
+        const int32_t seq = (int32_t)be_u32(p + 53);
+        const int32_t count = (int32_t)be_u32(p + 57);
+        const int64_t size = (int64_t)length + LOG_OVERHEAD;
+        if (size < BATCH_HEADER || magic != BATCH_MAGIC || (attrs & ~KNOWN_ATTRIBUTES) || (attrs & CODEC_MASK) > MAX_CODEC
+                || lod < 0 || count < 0 || (int64_t)count > (int64_t)lod + 1 || base < 0 || size > end - pos)
+            goto refuse;
+        PyObject *region = PyMemoryView_FromMemory((char *)p + 21, (Py_ssize_t)size - 21, PyBUF_READ);
+        if (region == NULL)
+            goto fail;
+        PyObject *sum = PyObject_CallOneArg(args[2], region);
+        Py_DECREF(region);
+        if (sum == NULL)
+            goto fail;
+        unsigned long c = PyLong_AsUnsignedLong(sum);
+        Py_DECREF(sum);
+        if (c == (unsigned long)-1 && PyErr_Occurred())
+            goto fail;
+        if (c != crc)
+            goto refuse;
+        PyObject *h = cls->tp_alloc(cls, 14);
+        if (h == NULL)
+            goto fail;
+        PyObject *fields[14] = {
+            PyLong_FromSsize_t(pos), PyLong_FromLongLong(size), PyLong_FromLongLong(base), PyLong_FromLong(epoch),
+            PyLong_FromLong(magic), PyLong_FromUnsignedLong(crc), PyLong_FromLong(attrs), PyLong_FromLong(lod),
+            PyLong_FromLongLong(first_ts), PyLong_FromLongLong(max_ts), PyLong_FromLongLong(pid),
+            PyLong_FromLong(pepoch), PyLong_FromLong(seq), PyLong_FromLong(count),
+        };
+        int bad = 0;
+        for (int i = 0; i < 14; i++) {
+            if (fields[i] == NULL)
+                bad = 1;
+            PyTuple_SET_ITEM(h, i, fields[i]);      /* a NULL item is fine for the DECREF below */
+        }
+        if (bad || PyList_Append(out, h) < 0) {
+            Py_DECREF(h);
+            goto fail;
+        }
+        Py_DECREF(h);
+        pos += (Py_ssize_t)size;
+    }
+    PyBuffer_Release(&view);
+    return out;
+refuse:
+    PyBuffer_Release(&view);
+    Py_DECREF(out);
+    Py_RETURN_NONE;
+fail:
+    PyBuffer_Release(&view);
+    Py_XDECREF(out);
+    return NULL;
+}
+
 /* ---------------------------------------------------------------- module */
 
 static PyMethodDef methods[] = {
@@ -830,6 +949,8 @@ static PyMethodDef methods[] = {
     {"check_spec", check_spec, METH_O, "Raise TypeError unless node is a well-formed compiled spec node."},
     {"response_entries", (PyCFunction)(void (*)(void))response_entries, METH_FASTCALL,
      "framing.response_entries in C: a response's list entries, counted until they pass limit."},
+    {"batch_headers", (PyCFunction)(void (*)(void))batch_headers, METH_FASTCALL,
+     "records.batch_headers in C: the checked headers of concatenated batches, or None at a bad one."},
     {NULL, NULL, 0, NULL},
 };
 

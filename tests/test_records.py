@@ -232,6 +232,43 @@ def test_single_batch_fast_path_agrees_with_full_validation(data):
         assert info.batch_count > 1
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_batch_headers_agrees_with_iter_batch_headers_on_any_mutation(data):
+    """The follower's one-pass header parse gives the same headers, or the same CORRUPT_MESSAGE; its C
+    version the same headers, or None where the Python twin raises."""
+    from minibroker import records
+    from minibroker.records import batch_headers, batch_headers_py
+    b = bytearray(b"".join(stamp(build_batch([b"v" * data.draw(st.integers(0, 30))] * data.draw(st.integers(1, 3)),
+                                             timestamp_ms=T), i * 10, 3) for i in range(data.draw(st.integers(1, 3)))))
+    for _ in range(data.draw(st.integers(0, 2))):
+        mutation = data.draw(st.sampled_from(["flip", "cut", "extend", "field"]))
+        if mutation == "flip" and b:
+            b[data.draw(st.integers(0, len(b) - 1))] ^= 1 << data.draw(st.integers(0, 7))
+        elif mutation == "cut":
+            b = b[: data.draw(st.integers(0, len(b)))]
+        elif mutation == "extend":
+            b += bytes(data.draw(st.binary(max_size=70)))
+        elif mutation == "field" and len(b) >= 61:
+            pos, fmt = data.draw(st.sampled_from([(8, ">i"), (16, ">b"), (21, ">h"), (23, ">i"), (57, ">i"),
+                                                  (0, ">q")]))
+            struct.pack_into(fmt, b, pos, data.draw(st.integers(-3, 70)))
+    try:
+        want: object = list(iter_batch_headers(bytes(b), verify_crc=True))
+    except KafkaError as exc:
+        want = (exc.code, exc.message)
+    for parse in (batch_headers, batch_headers_py):
+        try:
+            got: object = parse(bytes(b))
+        except KafkaError as exc:
+            got = (exc.code, exc.message)
+        assert got == want
+    if records._c_batch_headers is not None:
+        c = records._c_batch_headers(bytearray(b), records.BatchHeader, crc32c)
+        assert c == (want if isinstance(want, list) else None)
+        assert c is None or all(type(h) is records.BatchHeader for h in c)
+
+
 # ---------------------------------------------------------------- Kafka records, compression, payload checks
 
 def test_the_compiled_aiokafka_record_code_is_used():

@@ -198,6 +198,9 @@ class FollowerSession:
     # Invariant: the `wanted` map of the last full comparison; `held is _built` says the leader holds it.
     _built: dict[PartitionKey, tuple[Any, ...]] | None = None
     _pending_full: bool = True
+    # Invariant: while a `build_changed` Fetch is unanswered, the entries it changed (`held` takes them in
+    # place when it is answered: `held is _built` holds on); None otherwise.
+    _delta: dict[PartitionKey, tuple[Any, ...]] | None = None
 
     @property
     def request_ids(self) -> tuple[int, int]:
@@ -210,10 +213,11 @@ class FollowerSession:
         Returns (the entries to send, the partitions to forget, whether the Fetch is full).
         `same`: the caller knows `entries` equal those of the previous build; once the
         session holds them, the Fetch names and forgets nothing without comparing them."""
-        if same and self.session_id != INVALID_SESSION_ID and self.held is self._built:
+        if same and self.session_id != INVALID_SESSION_ID and self.held is self._built and self._delta is None:
             self._pending = self.held
             self._pending_full = False
             return [], [], False
+        self._delta = None
         # The fields of an entry the leader keeps: a change to any of them is news for the leader.
         wanted = {(topic, p["partition"]): (topic, p["fetch_offset"], p["current_leader_epoch"],
                                             p["last_fetched_epoch"], p["log_start_offset"], p["partition_max_bytes"])
@@ -235,19 +239,22 @@ class FollowerSession:
         """`build` for entries that equal those of the previous build but for `changed` (the
         caller knows which moved): only those are compared. None when the session cannot take
         it that way (none open, or the leader does not hold the previous build): call `build`."""
-        built = self._built
-        if self.session_id == INVALID_SESSION_ID or built is None or self.held is not built:
+        held = self._built
+        if self.session_id == INVALID_SESSION_ID or held is None or self.held is not held or self._delta is not None:
             return None
-        wanted = dict(built)
+        delta: dict[PartitionKey, tuple[Any, ...]] = {}
+        send: list[tuple[str, Entry]] = []
         for topic, p in changed:
-            wanted[(topic, p["partition"])] = (topic, p["fetch_offset"], p["current_leader_epoch"],
-                                               p["last_fetched_epoch"], p["log_start_offset"],
-                                               p["partition_max_bytes"])
-        self._pending = self._built = wanted
+            key = (topic, p["partition"])
+            fields = (topic, p["fetch_offset"], p["current_leader_epoch"], p["last_fetched_epoch"],
+                      p["log_start_offset"], p["partition_max_bytes"])
+            if held.get(key) != fields:
+                delta[key] = fields
+                send.append((topic, p))
+        self._delta = delta
+        self._pending = held
         self._pending_full = False
-        held = self.held
-        return [(topic, p) for topic, p in changed if held.get((topic, p["partition"])) !=
-                wanted[(topic, p["partition"])]], [], False
+        return send, [], False
 
     def on_response(self, session_id: int) -> None:
         """Triggered by a Fetch response without a top-level error."""
@@ -257,7 +264,13 @@ class FollowerSession:
         if self._pending_full:                    # the answer to a full Fetch opens a new session
             self.session_id = session_id
             self.epoch = INITIAL_EPOCH
-        self.held = self._pending
+        delta = self._delta
+        if delta is not None:                     # `_pending` is `held`: it takes the changed entries
+            self._delta = None
+            if delta:
+                self.held.update(delta)
+        else:
+            self.held = self._pending
         self._pending = {}
         self.epoch = next_epoch(self.epoch)
 
@@ -267,3 +280,4 @@ class FollowerSession:
         self.epoch = INITIAL_EPOCH
         self.held = {}
         self._pending = {}
+        self._delta = None

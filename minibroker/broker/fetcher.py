@@ -17,9 +17,11 @@ log changed so parked reads can be woken; its change count and change log
 last entries without looking at each partition, or rebuild only those of
 the partitions that moved.
 
-The next Fetch is sent as soon as the previous response is processed: its
-fetch offsets are the follower's acknowledgement. Long-polling happens on the
-leader (replica.fetch.wait.max.ms), never here.
+The next Fetch is sent as soon as the previous response is carried out (its
+appends written, and flushed when the hooks say so): its fetch offsets are
+the follower's acknowledgement. Only the reports to the hooks
+(`on_follower_progress`) wait for the loop's next turn, after it has left.
+Long-polling happens on the leader (replica.fetch.wait.max.ms), never here.
 """
 from __future__ import annotations
 
@@ -45,18 +47,23 @@ from minibroker.storage import UnexpectedAppendOffset
 log = logging.getLogger("minibroker.broker.fetcher")
 
 PartitionKey = tuple[str, int]
+# Makes a NamedTuple from a tuple of all its fields without its Python-level __new__ (as its _make does):
+# the follower core's values are made once or twice per partition answered.
+_new = tuple.__new__
 SESSION_ERRORS = (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH)
 
 
 class FetcherHooks(Protocol):
     def on_follower_progress(self, part: Partition, old_hw: int, appended_bytes: int) -> None:
-        """After an append and/or HW update on a follower replica."""
+        """After an append and/or HW update on a follower replica: on the loop's next turn, once
+        the Fetch that acknowledges it has left."""
 
     def on_follower_truncated(self, part: Partition) -> None:
         """After a truncation of a follower replica's log."""
 
-    def flush(self, parts: list[Partition]) -> Awaitable[None]:
-        """fsync the given logs before the next Fetch acknowledges them (or nothing)."""
+    def flush(self, parts: list[Partition]) -> Awaitable[None] | None:
+        """fsync the given logs before the next Fetch acknowledges them: what to wait on for
+        that, or None when there is nothing to wait for (no fsync before acks)."""
 
     def state_changes(self) -> int:
         """A count that moves whenever any replica's log end, log start, HW or role moves."""
@@ -94,11 +101,24 @@ class FetchState:
     Replaced (never reset) when a new leader epoch restarts fetching, so an
     in-flight answer for the old state is recognised and dropped."""
 
-    __slots__ = ("partition", "core")
+    __slots__ = ("partition", "core", "_epochs", "_epochs_cache", "_epochs_version")
 
     def __init__(self, partition: Partition, core: PartitionFollower) -> None:
         self.partition = partition
         self.core = core
+        # Invariant: `_epochs` are the entries of the epoch cache `_epochs_cache` at version `_epochs_version`.
+        self._epochs: tuple[tuple[int, int], ...] = ()
+        self._epochs_cache: Any = None
+        self._epochs_version = -1
+
+    def view(self) -> LogView:
+        """`log_view(self.partition)`, copying the epoch entries only when the epoch cache moved."""
+        log = self.partition.log
+        cache = log.epoch_cache
+        if cache is not self._epochs_cache or cache.version != self._epochs_version:
+            self._epochs = tuple(cache.entries)
+            self._epochs_cache, self._epochs_version = cache, cache.version
+        return _new(LogView, (log.log_end_offset, log.log_start_offset, self._epochs))
 
     @property
     def leader_epoch(self) -> int:
@@ -117,6 +137,21 @@ class FetchState:
         return self.core.last_error
 
 
+class _Build:
+    """A fetcher's last Fetch build: the ready states it was built for (in order), the hooks' change
+    count it saw, each state's entry (in that order), the states by key, and each key's row."""
+
+    __slots__ = ("ready", "changes", "entries", "sent", "index")
+
+    def __init__(self, ready: list[FetchState], changes: int, entries: list[tuple[str, dict[str, Any]]],
+                 sent: dict[PartitionKey, FetchState], index: dict[PartitionKey, int]) -> None:
+        self.ready = ready
+        self.changes = changes
+        self.entries = entries
+        self.sent = sent
+        self.index = index
+
+
 class ReplicaFetcher:
     """Fetches every partition this broker follows from one leader broker.
 
@@ -130,6 +165,8 @@ class ReplicaFetcher:
         self.leader_id = leader_id
         self.settings = settings
         self.peers = peers
+        # The open connection to a peer without a coroutine (None: ask `peers.get`), when the peers offer it.
+        self._current: Callable[[int], Any] | None = getattr(peers, "current", None)
         self.broker_epoch = broker_epoch
         self.hooks = hooks
         self._sink = sink
@@ -144,10 +181,9 @@ class ReplicaFetcher:
         # truncated since), so an idle follower does not rebuild 1,000 positions per Fetch.
         self._built: dict[PartitionKey, tuple[FetchState, int, int, dict[str, Any]]] = {}
         self._dirty: set[PartitionKey] = set()
-        # Invariant: the ready states, the hooks' change count and the entries of the last build; while
-        # the first two hold and nothing is dirty, the next build gives the same entries.
-        self._last_build: tuple[list[FetchState], int, list[tuple[str, dict[str, Any]]],
-                                dict[PartitionKey, FetchState], dict[PartitionKey, int]] | None = None
+        # Invariant: the last build; while its ready states and change count hold and nothing is dirty,
+        # the next build gives the same entries.
+        self._last_build: _Build | None = None
         # Invariant: while not None, `list(self._states.values())`.
         self._all: list[FetchState] | None = None
         # Invariant: every state outside `_held_back` was ready when last checked and its core has not
@@ -204,8 +240,18 @@ class ReplicaFetcher:
 
     async def _run(self) -> None:
         """The fetch loop, started by the first `add`; it ends when cancelled or, should a
-        cancel ever be lost on the way (3.11's wait_for, gh-86296), once `stop` has let go of it."""
+        cancel ever be lost on the way (3.11's wait_for, gh-86296), once `stop` has let go of it.
+
+        One round per Fetch: the ready states, the connection, the Fetch, its answer carried out
+        (`_take`), the flush of what it appended. The HW and progress reports of the round
+        (`_report`) run on the loop's next turn, after the next Fetch has left: that Fetch
+        acknowledges the appends (and names the log start the round may have moved), so only
+        they (and their flush) stand between an answer and the next Fetch."""
         me = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        current = self._current
+        leader = self.leader_id
+        timeout = self.settings.socket_timeout_ms + self.settings.wait_max_ms
         try:
             while self._task is me:
                 now = self._clock()
@@ -213,7 +259,41 @@ class ReplicaFetcher:
                 if not ready:
                     await self._idle(now)
                     continue
-                await self._fetch_once(ready)
+                conn = current(leader) if current is not None else None
+                if conn is None:
+                    try:
+                        conn = await self.peers.get(leader)
+                    except KafkaError as exc:
+                        self._on_transport_error(ready, exc)
+                        continue
+                body, full, sent = self._build(ready)
+                self.requests += 1
+                try:
+                    resp = await conn.request(ApiKey.FETCH, body, timeout_ms=timeout)
+                except KafkaError as exc:
+                    self._session.reset()
+                    if exc.code == ErrorCode.REQUEST_TIMED_OUT:
+                        self.peers.drop(leader)
+                    self._on_transport_error(ready, exc)
+                    continue
+                code = resp.get("error", 0)
+                if code:
+                    self._on_fetch_error(ready, code, resp.get("message", ""))
+                    continue
+                self._session.on_response(resp.get("session_id", INVALID_SESSION_ID))
+                if self._transport_error:
+                    self._transport_error = ""
+                    self._emit("fetcher_recovered", "", None, None, f"fetching from broker {leader} again")
+                appended, progress, out_of_range = self._take(resp, sent, full)
+                if appended:
+                    flushing = self.hooks.flush(appended)
+                    if flushing is not None:
+                        await flushing
+                if progress:
+                    loop.call_soon(self._report, progress)
+                for st in out_of_range:
+                    if self._states.get(st.partition.key) is st:
+                        await self._handle_out_of_range(conn, st)
         except asyncio.CancelledError:
             raise
         except Exception:  # pragma: no cover - a bug; keep the broker alive and say so
@@ -256,36 +336,14 @@ class ReplicaFetcher:
         timeout = max(0, min(pending) - now) / 1000 if pending else None
         await wait_event(self._wake, timeout)      # not wait_for: on 3.11 it can swallow the stop's cancel
 
-    async def _fetch_once(self, ready: list[FetchState]) -> None:
-        try:
-            conn = await self.peers.get(self.leader_id)
-        except KafkaError as exc:
-            self._on_transport_error(ready, exc)
+    def _on_fetch_error(self, ready: list[FetchState], code: int, message: str) -> None:
+        """A Fetch answered with a top-level error: the next Fetch is full; a session error
+        (the leader lost or moved on from our session) is retried at once, any other backs off."""
+        self._session.reset()
+        if code in SESSION_ERRORS:
+            log.info("fetch session with broker %d reset: %s", self.leader_id, message)
             return
-        body, full, sent = self._build(ready)
-        timeout = self.settings.socket_timeout_ms + self.settings.wait_max_ms
-        self.requests += 1
-        try:
-            resp = await conn.request(ApiKey.FETCH, body, timeout_ms=timeout)
-        except KafkaError as exc:
-            self._session.reset()
-            if exc.code == ErrorCode.REQUEST_TIMED_OUT:
-                self.peers.drop(self.leader_id)
-            self._on_transport_error(ready, exc)
-            return
-        code = resp.get("error", 0)
-        if code:
-            self._session.reset()
-            if code in SESSION_ERRORS:      # the leader lost or moved on from our session: a full Fetch now
-                log.info("fetch session with broker %d reset: %s", self.leader_id, resp.get("message", ""))
-                return
-            self._on_transport_error(ready, KafkaError(code, resp.get("message", ""), remote=True))
-            return
-        self._session.on_response(resp.get("session_id", INVALID_SESSION_ID))
-        if self._transport_error:
-            self._transport_error = ""
-            self._emit("fetcher_recovered", "", None, None, f"fetching from broker {self.leader_id} again")
-        await self._process(conn, resp, sent, full)
+        self._on_transport_error(ready, KafkaError(code, message, remote=True))
 
     def _build(self, ready: list[FetchState]) -> tuple[dict[str, Any], bool, dict[PartitionKey, FetchState]]:
         """The next Fetch: in a session (KIP-227) it names only the partitions whose position
@@ -295,95 +353,116 @@ class ReplicaFetcher:
         dirty = self._dirty
         changes = self.hooks.state_changes()
         last = self._last_build
-        if last is not None and (last[0] is ready or last[0] == ready):
-            if not dirty and last[1] == changes:
-                return (*self._body(last[2], None), last[3])    # an idle follower: nothing any entry depends on moved
-            moved = self.hooks.changed_since(last[1])
+        if last is not None and (last.ready is ready or last.ready == ready):
+            if last.changes == changes:
+                if not dirty:
+                    return (*self._body(last.entries, None), last.sent)     # idle: nothing an entry depends on moved
+                moved: set[Any] | None = dirty
+            else:
+                moved = self.hooks.changed_since(last.changes)
+                if moved is not None and dirty:
+                    moved = moved | dirty
             if moved is not None:
-                return self._build_changed(ready, changes, last, moved | dirty if dirty else moved)
+                return self._build_changed(ready, changes, last, moved)
         entries: list[tuple[str, dict[str, Any]]] = []
         for st in ready:
             entries.append(self._entry(st))
         dirty.clear()
         sent = {st.partition.key: st for st in ready}
-        index = {key: i for i, key in enumerate(sent)}
-        self._last_build = (ready, changes, entries, sent, index)
+        self._last_build = _Build(ready, changes, entries, sent, {key: i for i, key in enumerate(sent)})
         return (*self._body(entries, False), sent)
 
-    def _build_changed(self, ready: list[FetchState], changes: int, last: Any, moved: set[Any]) -> tuple[
+    def _build_changed(self, ready: list[FetchState], changes: int, last: _Build, moved: set[Any]) -> tuple[
             dict[str, Any], bool, dict[PartitionKey, FetchState]]:
         """`_build` when only the partitions in `moved` (the change log's and `_dirty`) can have a
         new position: the last build's entries with theirs rebuilt, in the same order."""
-        _, _, old, sent, index = last
-        entries = list(old)
+        entries, index = last.entries, last.index
+        if len(moved) == 1:
+            i = index.get(next(iter(moved)))
+            rows = [] if i is None else [i]
+        else:
+            rows = sorted(i for k in moved if (i := index.get(k)) is not None)
         changed: list[tuple[str, dict[str, Any]]] = []
-        for i in sorted(i for k in moved if (i := index.get(k)) is not None):
+        for i in rows:
             e = self._entry(ready[i])
-            if e[1] is not old[i][1]:
+            if e[1] is not entries[i][1]:
                 entries[i] = e
                 changed.append(e)
         self._dirty.clear()
-        self._last_build = (ready, changes, entries, sent, index)
-        return (*self._body(entries, changed), sent)
+        last.changes = changes
+        return (*self._body(entries, changed), last.sent)
 
     def _entry(self, st: FetchState) -> tuple[str, dict[str, Any]]:
         """One partition's Fetch entry: the one last built while nothing it depends on moved."""
         part = st.partition
         key = part.key
-        leo, start = part.leo, part.log_start_offset
         cached = self._built.get(key)
-        if cached is not None and cached[0] is st and cached[1] == leo and cached[2] == start \
-                and key not in self._dirty:
-            return part.topic, cached[3]
-        pos = st.core.next_position(log_view(part))
+        if cached is not None and cached[0] is st and key not in self._dirty:
+            log = part.log
+            if cached[1] == log.log_end_offset and cached[2] == log.log_start_offset:
+                return part.topic, cached[3]
+        view = st.view()
+        pos = st.core.next_position(view)
         entry = {"partition": part.index, "fetch_offset": pos.fetch_offset,
                  "current_leader_epoch": pos.current_leader_epoch, "last_fetched_epoch": pos.last_fetched_epoch,
                  "log_start_offset": pos.log_start_offset, "partition_max_bytes": self.settings.partition_max_bytes}
-        self._built[key] = (st, leo, start, entry)
+        self._built[key] = (st, view.leo, view.log_start_offset, entry)
         return part.topic, entry
 
     def _body(self, entries: list[tuple[str, dict[str, Any]]],
               changed: list[tuple[str, dict[str, Any]]] | bool | None) -> tuple[dict[str, Any], bool]:
         """`changed`: None, the same entries as the last build; a list, the last build's entries
         but for these; False, any entries."""
-        session_id, epoch = self._session.request_ids
-        built = self._session.build_changed(changed) if isinstance(changed, list) else None
+        session = self._session
+        session_id, epoch = session.session_id, session.epoch
+        built = session.build_changed(changed) if changed.__class__ is list else None
         if built is None:
-            built = self._session.build(entries, same=changed is None)
+            built = session.build(entries, same=changed is None)
         send, forgotten, full = built
         self.last_named = len(send)
-        topics: dict[str, list[dict[str, Any]]] = {}
-        for topic, entry in send:
-            topics.setdefault(topic, []).append(entry)
+        if len(send) == 1:
+            topic, entry = send[0]
+            topics = [{"topic": topic, "partitions": [entry]}]
+        else:
+            by_topic: dict[str, list[dict[str, Any]]] = {}
+            for topic, entry in send:
+                by_topic.setdefault(topic, []).append(entry)
+            topics = [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]
         s = self.settings
         return {"replica_id": s.replica_id, "broker_epoch": self.broker_epoch(),
                 "max_wait_ms": s.wait_max_ms, "min_bytes": s.min_bytes, "max_bytes": s.response_max_bytes,
                 "session_id": session_id, "session_epoch": epoch, "forgotten_topics": forgotten or None,
-                "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}, full
+                "topics": topics}, full
 
-    async def _process(self, conn: Any, resp: dict[str, Any], sent: dict[PartitionKey, FetchState],
-                       full: bool = True) -> None:
-        """Triggered by each Fetch response: every partition in it goes to its core. An
-        incremental response leaves out the partitions with nothing new (KIP-227)."""
+    def _take(self, resp: dict[str, Any], sent: dict[PartitionKey, FetchState], full: bool) -> tuple[
+            list[Partition], list[tuple[FetchState, int, int]], list[FetchState]]:
+        """Triggered by each Fetch response: every partition in it goes to its core, whose actions
+        are carried out but for the reports to the hooks. An incremental response leaves out the
+        partitions with nothing new (KIP-227). Returns (the partitions appended to, to flush; the
+        (state, old HW, bytes appended) to report, `_report`; the states whose offset is out of
+        range, for `_handle_out_of_range`)."""
         now = self._clock()
         appended: list[Partition] = []
-        progress: list[tuple[Partition, int, int]] = []
+        progress: list[tuple[FetchState, int, int]] = []
         out_of_range: list[FetchState] = []
         answered: set[PartitionKey] = set()
         recheck = self._recheck if self._recheck is not None else set()
+        dirty, states = self._dirty, self._states
         for t in resp.get("topics", ()):
             topic = t["topic"]
             for e in t["partitions"]:
                 key = (topic, e["partition"])
-                self._dirty.add(key)
+                dirty.add(key)
                 recheck.add(key)
-                st = sent.get(key) if key not in answered else None
+                if key in answered:
+                    continue
                 answered.add(key)
-                if st is None or self._states.get(key) is not st:
+                st = sent.get(key)
+                if st is None or states.get(key) is not st:
                     continue            # removed or restarted while the request was in flight
                 part = st.partition
                 written = 0
-                for action in st.core.on_fetch_answer(fetch_answer(e), log_view(part), now):
+                for action in st.core.on_fetch_answer(fetch_answer(e), st.view(), now):
                     if isinstance(action, Append):
                         n = self._append(st, e.get("records") or b"", now)
                         if n is None:
@@ -393,22 +472,30 @@ class ReplicaFetcher:
                             appended.append(part)
                     elif isinstance(action, UpdateHighWatermark):
                         old_hw = part.update_follower_hw(action.leader_hw, action.leader_log_start, now)
-                        progress.append((part, old_hw, written))
+                        progress.append((st, old_hw, written))
                     elif isinstance(action, ListLeaderOffset):
                         out_of_range.append(st)
                     else:
                         self._carry_truncation(st, action, now)
-        for key, st in sent.items() if full else ():
-            if key not in answered and self._states.get(key) is st:
-                recheck.add(key)
-                st.core.on_error(ErrorCode.UNKNOWN_SERVER_ERROR, now, "the leader's answer left this partition out")
-        if appended:
-            await self.hooks.flush(appended)
-        for part, old_hw, n in progress:
-            self.hooks.on_follower_progress(part, old_hw, n)
-        for st in out_of_range:
-            if self._states.get(st.partition.key) is st:
-                await self._handle_out_of_range(conn, st)
+        if full:
+            for key, st in sent.items():
+                if key not in answered and states.get(key) is st:
+                    recheck.add(key)
+                    st.core.on_error(ErrorCode.UNKNOWN_SERVER_ERROR, now,
+                                     "the leader's answer left this partition out")
+        return appended, progress, out_of_range
+
+    def _report(self, progress: list[tuple[FetchState, int, int]]) -> None:
+        """A round's appends and HW moves, told to the hooks (parked reads wake) once its next
+        Fetch has left; a state replaced meanwhile was reported by whatever replaced it."""
+        states, hooks, last = self._states, self.hooks, self._last_build
+        before = hooks.state_changes()
+        for st, old_hw, n in progress:
+            part = st.partition
+            if states.get(part.key) is st:
+                hooks.on_follower_progress(part, old_hw, n)
+        if last is not None and last.changes == before and last is self._last_build:
+            last.changes = hooks.state_changes()     # the reports moved no Fetch entry: the next build need not look
 
     # ------------------------------------------------------------ carrying actions out
 
@@ -506,9 +593,8 @@ def fetch_answer(e: dict[str, Any]) -> FetchAnswer:
     diverging = None
     if div is not None and div.get("epoch", -1) >= -1 and div.get("end_offset", -1) >= 0:
         diverging = (int(div["epoch"]), int(div["end_offset"]))
-    return FetchAnswer(error=e.get("error", 0), high_watermark=e.get("high_watermark", -1),
-                       log_start_offset=e.get("log_start_offset", -1), has_records=bool(e.get("records")),
-                       diverging_epoch=diverging, message=e.get("message", "") or "")
+    return _new(FetchAnswer, (e.get("error", 0), e.get("high_watermark", -1), e.get("log_start_offset", -1),
+                              bool(e.get("records")), diverging, e.get("message", "") or ""))
 
 
 class FetcherManager:

@@ -365,24 +365,28 @@ class Partition:
         Raises UnexpectedAppendOffset / KafkaError(CORRUPT_MESSAGE)."""
         if not records:
             return 0
-        first = self.log.log_end_offset
         last, headers = self.log.append_batches_as_follower(records, now_ms=now_ms)
         on_batch = self.producers.on_batch
         for h in headers:
-            on_batch(h.producer_id, h.producer_epoch, h.base_sequence, h.base_offset, h.last_offset)
-        self.tracker.on_append(last + 1, len(records))
-        self.tail.on_append(first, last + 1, bytes(records))
-        return len(records)
+            base = h.base_offset
+            on_batch(h.producer_id, h.producer_epoch, h.base_sequence, base, base + h.last_offset_delta)
+        n = len(records)
+        self.tracker.on_append(last + 1, n)
+        self.tail.on_append(headers[0].base_offset, last + 1, records if type(records) is bytes else bytes(records))
+        return n
 
     def update_follower_hw(self, leader_hw: int, leader_log_start: int, now_ms: int) -> int:
         """R3.4/R3.5: HW = clamp(leader HW, log start, LEO), and follow the
         leader's log start forward. Returns the old HW (the HW may drop)."""
-        if follows_log_start(leader_log_start, self.log.log_start_offset, self.log.log_end_offset):
-            self.log.maybe_increment_log_start_offset(
+        lg = self.log
+        start, leo = lg.log_start_offset, lg.log_end_offset
+        if follows_log_start(leader_log_start, start, leo):
+            lg.maybe_increment_log_start_offset(
                 leader_log_start, reason=f"leader {self.leader_id} log start offset is {leader_log_start}")
-            self.producers.truncate_head(self.log.log_start_offset)
+            start = lg.log_start_offset
+            self.producers.truncate_head(start)
         old = self._hw
-        new = follower_high_watermark(leader_hw, self.log.log_start_offset, self.log.log_end_offset)
+        new = follower_high_watermark(leader_hw, start, leo)
         if new != old:
             self._hw = new
             if new < old:

@@ -31,6 +31,9 @@ class InterBrokerConnections:
         self.max_frame_bytes = max_frame_bytes
         self.connect_timeout_ms = connect_timeout_ms
         self._conns: dict[int, Connection] = {}
+        # Invariant: `_checked[b]`, when present, is a record of broker b from the image that advertised
+        # the endpoint `_conns[b]` was opened to (as `current` last found it).
+        self._checked: dict[int, object] = {}
         self._locks: dict[int, asyncio.Lock] = {}
         self._closed = False
 
@@ -40,11 +43,9 @@ class InterBrokerConnections:
         NETWORK_EXCEPTION when it cannot be reached)."""
         if self._closed:
             raise KafkaError(ErrorCode.NETWORK_EXCEPTION, "broker is shutting down")
-        conn = self._conns.get(broker_id)
-        if conn is not None and not conn.closed:          # the steady state (a fetcher's every Fetch): no lock
-            ep = self.image.endpoint(broker_id, self.listener)
-            if ep is not None and (conn.host, conn.port) == ep:
-                return conn
+        conn = self.current(broker_id)
+        if conn is not None:
+            return conn
         lock = self._locks.setdefault(broker_id, asyncio.Lock())
         async with lock:
             ep = self.image.endpoint(broker_id, self.listener)
@@ -63,11 +64,29 @@ class InterBrokerConnections:
                 conn.close()
                 raise KafkaError(ErrorCode.NETWORK_EXCEPTION, "broker is shutting down")
             self._conns[broker_id] = conn
+            self._checked.pop(broker_id, None)
             return conn
+
+    def current(self, broker_id: int) -> Connection | None:
+        """The steady state of `get` (a fetcher's every Fetch), without a coroutine or a lock: the
+        open connection to `broker_id` while the image still advertises the endpoint it was opened
+        to, else None (then `get`)."""
+        conn = self._conns.get(broker_id)
+        if conn is None or conn.closed or self._closed:
+            return None
+        record = self.image.brokers.get(broker_id)
+        if record is not None and record is self._checked.get(broker_id):
+            return conn                                   # the image's record of the broker has not moved
+        ep = self.image.endpoint(broker_id, self.listener)
+        if ep is None or (conn.host, conn.port) != ep:
+            return None
+        self._checked[broker_id] = record
+        return conn
 
     def drop(self, broker_id: int) -> None:
         """Close the connection to `broker_id` (e.g. after a timeout); the next get reopens it."""
         conn = self._conns.pop(broker_id, None)
+        self._checked.pop(broker_id, None)
         if conn is not None:
             conn.close()
 

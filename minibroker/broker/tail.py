@@ -55,24 +55,23 @@ class TailCache:
 
     def on_append(self, first: int, next_offset: int, data: bytes) -> None:
         """Triggered by every append, with the bytes exactly as stored."""
-        if self._chunks and self._chunks[-1][1] != first:
+        chunks, budget = self._chunks, self.budget
+        if chunks and chunks[-1][1] != first:
             self.clear()
         n = len(data)
-        while self._chunks and (self._size + n > self.max_bytes
-                                or self.budget.used + n > self.budget.max_bytes):
-            self._drop_oldest()
-        if n > self.max_bytes or self.budget.used + n > self.budget.max_bytes:
+        size, used, limit = self._size, budget.used, budget.max_bytes
+        while chunks and (size + n > self.max_bytes or used + n > limit):     # the oldest make room
+            self._firsts.popleft()
+            m = len(chunks.popleft()[2])
+            size -= m
+            used -= m
+        self._size, budget.used = size, used
+        if n > self.max_bytes or used + n > limit:
             return        # too big to keep: reads of it go to the log
         self._firsts.append(first)
-        self._chunks.append((first, next_offset, data))
-        self._size += n
-        self.budget.used += n
-
-    def _drop_oldest(self) -> None:
-        self._firsts.popleft()
-        n = len(self._chunks.popleft()[2])
-        self._size -= n
-        self.budget.used -= n
+        chunks.append((first, next_offset, data))
+        self._size = size + n
+        budget.used = used + n
 
     def truncate(self, end_offset: int) -> None:
         """Triggered by a log truncation: forget chunks holding offsets >= end_offset."""

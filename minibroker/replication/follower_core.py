@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from minibroker.errors import ErrorCode, error_name
 from minibroker.events import Event, EventSink, discard
@@ -42,9 +42,9 @@ class FetchPhase(enum.Enum):
     FAILED = "failed"               # fenced: nothing until newer metadata replaces this core (R7)
 
 
-@dataclass(frozen=True, slots=True)
-class LogView:
-    """What the core needs to know of the local log at one event.
+class LogView(NamedTuple):
+    """What the core needs to know of the local log at one event (a NamedTuple, as the values
+    below: one is made per partition answered, and per Fetch entry built).
 
     Invariant: `epochs` ascend by epoch and start offset (the epoch cache)."""
     leo: int
@@ -59,8 +59,7 @@ class LogView:
         return epoch_end_offset(self.epochs, self.leo, epoch)
 
 
-@dataclass(frozen=True, slots=True)
-class FetchPosition:
+class FetchPosition(NamedTuple):
     """One partition's entry in the next Fetch (R2)."""
     fetch_offset: int
     last_fetched_epoch: int
@@ -68,8 +67,7 @@ class FetchPosition:
     log_start_offset: int
 
 
-@dataclass(frozen=True, slots=True)
-class FetchAnswer:
+class FetchAnswer(NamedTuple):
     """One partition's entry in the leader's Fetch answer."""
     error: int = 0
     high_watermark: int = UNDEFINED
@@ -115,6 +113,8 @@ class ListLeaderOffset:
 
 
 Action = Append | UpdateHighWatermark | Truncate | TruncateFullyAndStartAt | ListLeaderOffset
+
+APPEND = Append()
 
 # Why a fetch answer made no progress (the `after` of a follower_stuck event).
 StuckKind = Literal["empty_truncation", "same_divergence", "repeated_error"]
@@ -221,10 +221,11 @@ class PartitionFollower:
             self.leader_hw = answer.high_watermark
             if self.last_error:
                 self.last_error = 0
+            if self.stuck is not None:
+                self._progress(now_ms, "appending the leader's batches" if answer.has_records
+                               else "the leader answered without error or divergence")
             if answer.has_records:
-                self._progress(now_ms, "appending the leader's batches")
-                return [Append(), UpdateHighWatermark(answer.high_watermark, answer.log_start_offset)]
-            self._progress(now_ms, "the leader answered without error or divergence")
+                return [APPEND, UpdateHighWatermark(answer.high_watermark, answer.log_start_offset)]
             return [UpdateHighWatermark(answer.high_watermark, answer.log_start_offset)]
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             return [ListLeaderOffset("latest")]
@@ -238,7 +239,7 @@ class PartitionFollower:
 
     def on_appended(self, appended_bytes: int, now_ms: int) -> None:
         """Triggered after the driver carried out `Append` (the bytes it wrote)."""
-        if appended_bytes:
+        if appended_bytes and self.stuck is not None:
             self._progress(now_ms, f"appended {appended_bytes} bytes")
 
     def on_truncated(self, before: LogView, after: LogView, now_ms: int) -> None:

@@ -39,7 +39,12 @@ def write_all(fd: int, data: Buffer | Sequence[Buffer]) -> None:
     """Write every byte of `data` (one buffer, or a list written with writev)
     to `fd`; os.write/os.writev may write fewer bytes than asked."""
     if isinstance(data, (bytes, bytearray, memoryview)):
-        mv = memoryview(data)
+        n = os.write(fd, data)
+        if n == len(data):                  # the common case: all of it at once
+            return
+        if n <= 0:  # pragma: no cover - regular files do not return 0
+            raise OSError(errno.EIO, "write returned 0")
+        mv = memoryview(data)[n:]
         while mv:
             n = os.write(fd, mv)
             if n <= 0:  # pragma: no cover - regular files do not return 0

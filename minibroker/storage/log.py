@@ -49,7 +49,7 @@ from minibroker import clock
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.events import Event, EventSink, discard
 from minibroker.records import (
-    BatchHeader, iter_batch_headers, single_producer_batch, stamp_chunks, stamp_prefix, validate_batches,
+    BatchHeader, batch_headers, single_producer_batch, stamp_chunks, stamp_prefix, validate_batches,
 )
 from minibroker.storage import fsutil
 from minibroker.storage.checkpoint import LEADER_EPOCH_FILE, LeaderEpochCheckpointFile
@@ -325,36 +325,43 @@ class PartitionLog:
         """`append_as_follower`, with the headers of the batches appended (parsed once, for the caller)."""
         if len(batches) == 0:
             return self.log_end_offset - 1, []
-        headers = list(iter_batch_headers(batches, verify_crc=True))
-        leo = self.log_end_offset
-        expected = leo
-        prev_epoch = self.last_batch_epoch()
-        prev_epoch = -1 if prev_epoch is None else prev_epoch
+        headers = batch_headers(batches)
+        leo = expected = self._segments[-1].next_offset
+        cache = self.epoch_cache
+        latest = cache.latest_entry
+        if latest is not None and latest[1] < leo and leo > self._log_start_offset:
+            prev_epoch = latest[0]                       # the last batch's epoch, as last_batch_epoch() says
+        else:
+            last = self.last_batch_epoch()
+            prev_epoch = -1 if last is None else last
         appended = []
         for h in headers:
-            if h.base_offset != expected:
+            base, epoch = h.base_offset, h.leader_epoch
+            if base != expected:
                 raise UnexpectedAppendOffset(leo, headers[0].base_offset,
                                              None if h is headers[0] else
-                                             f"follower batches are not contiguous: batch at {h.base_offset}, "
+                                             f"follower batches are not contiguous: batch at {base}, "
                                              f"expected {expected}")
-            if h.leader_epoch < 0 or h.leader_epoch < prev_epoch:
+            if epoch < 0 or epoch < prev_epoch:
                 raise KafkaError(ErrorCode.CORRUPT_MESSAGE,
-                                 f"{self.name}: batch at offset {h.base_offset} has epoch {h.leader_epoch} "
-                                 f"after epoch {prev_epoch}")
-            prev_epoch = h.leader_epoch
-            expected = h.next_offset
-            appended.append(AppendedBatch(h.position, h.size, h.last_offset, h.max_timestamp))
+                                 f"{self.name}: batch at offset {base} has epoch {epoch} after epoch {prev_epoch}")
+            prev_epoch = epoch
+            expected = base + h.last_offset_delta + 1
+            appended.append((h.position, h.size, expected - 1, h.max_timestamp))
         with self._lock:
-            self._check_open()
-            if self.log_end_offset != leo:
+            if self._closed:
+                self._check_open()
+            if self._segments[-1].next_offset != leo:
                 raise UnexpectedAppendOffset(self.log_end_offset, leo)
             self._maybe_roll_locked(len(batches), expected - 1, now_ms)
-            before = self.epoch_cache.version
-            for h in headers:
-                self.epoch_cache.assign(h.leader_epoch, h.base_offset)
-            if self.epoch_cache.version != before:
-                self._assigned_from_batches(before)
-            self._segments[-1].append(batches, appended, expected)
+            if latest is None or latest[0] != prev_epoch or latest[1] > leo \
+                    or headers[0].leader_epoch != prev_epoch:      # else every assign is a no-op
+                before = cache.version
+                for h in headers:
+                    cache.assign(h.leader_epoch, h.base_offset)
+                if cache.version != before:
+                    self._assigned_from_batches(before)
+            self._segments[-1].append(batches, appended, expected, len(batches))
         return expected - 1, headers
 
     def producer_batches(self, from_offset: int) -> Iterator[tuple[int, int, int, int, int]]:

@@ -267,28 +267,32 @@ class LogSegment:
         start = self.size
         if size is None:
             size = len(data) if isinstance(data, (bytes, bytearray, memoryview)) else sum(len(d) for d in data)
-        n_index, n_time = len(self.index), len(self.time_index.timestamps)
+        n_index = n_time = -1               # the index sizes before this append's first entry (-1: none added)
         saved = (self.max_timestamp, self.first_batch_timestamp, self._bytes_since_index)
         try:
             fsutil.write_all(self.fd, data)
             max_ts = self.max_timestamp
+            since, interval = self._bytes_since_index, self.index_interval_bytes
             for position, bsize, last_offset, batch_max_ts in batches:
                 if batch_max_ts > max_ts:
                     max_ts = batch_max_ts
                 if self.first_batch_timestamp is None:
                     self.first_batch_timestamp = batch_max_ts
-                if self._bytes_since_index > self.index_interval_bytes:
+                if since > interval:
+                    if n_index < 0:
+                        n_index, n_time = len(self.index), len(self.time_index.timestamps)
                     self.index.append(last_offset, start + position)
                     self.time_index.maybe_append(max_ts, last_offset)
-                    self._bytes_since_index = 0
-                self._bytes_since_index += bsize
+                    since = 0
+                since += bsize
+            self._bytes_since_index = since
         except OSError as exc:
             self.max_timestamp, self.first_batch_timestamp, self._bytes_since_index = saved
             try:
                 os.ftruncate(self.fd, start)
-                if len(self.index) > n_index:
+                if 0 <= n_index < len(self.index):
                     self.index.truncate_to_position(start)
-                if len(self.time_index.timestamps) > n_time:
+                if 0 <= n_time < len(self.time_index.timestamps):
                     self.time_index.truncate_to_offset(self.next_offset)
             except OSError:
                 pass

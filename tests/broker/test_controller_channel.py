@@ -446,6 +446,29 @@ async def test_peers_reopen_a_closed_connection_and_follow_a_moved_endpoint(cont
     await other.stop()
 
 
+async def test_peers_current_is_the_open_connection_while_the_image_still_advertises_its_endpoint(controller):
+    """`current` is get's steady state without a coroutine: the open connection, None once it closed or the
+    broker re-registered elsewhere (then get reopens), and the same again for an unrelated change to the record."""
+    image = _peer_image(controller.port)
+    peers = InterBrokerConnections(node_id=1, image=image, listener="INTERNAL", secret=SECRET, max_frame_bytes=1 << 20)
+    assert peers.current(2) is None                  # nothing opened yet
+    conn = await peers.get(2)
+    assert peers.current(2) is conn and peers.current(2) is conn
+    image.apply([(1, BrokerRecord(2, 7, "rack-a", (Endpoint("INTERNAL", "127.0.0.1", controller.port),)))], None, 2)
+    assert peers.current(2) is conn                  # a new record, the same endpoint
+    image.apply([(2, BrokerRecord(2, 8, None, (Endpoint("INTERNAL", "127.0.0.1", controller.port + 1),)))], None, 3)
+    assert peers.current(2) is None                  # moved: get reopens
+    image.apply([(3, BrokerRecord(2, 9, None, (Endpoint("INTERNAL", "127.0.0.1", controller.port),)))], None, 4)
+    assert peers.current(2) is conn
+    conn.close()
+    assert peers.current(2) is None
+    reopened = await peers.get(2)
+    assert reopened is not conn and peers.current(2) is reopened
+    peers.drop(2)
+    assert peers.current(2) is None
+    peers.close()
+
+
 async def test_peers_without_an_endpoint_on_the_listener_is_broker_not_available(controller):
     image = _peer_image(controller.port, listener="OTHER")
     peers = InterBrokerConnections(node_id=1, image=image, listener="INTERNAL", secret=SECRET, max_frame_bytes=1 << 20)

@@ -4,6 +4,7 @@ etcd raft's testdata style; MINIBROKER_REWRITE=1 rewrites the golden output).
 
   build parts=t-0@10,t-1@5      the follower's next Fetch for these positions
   build parts=... same=true     ... which the caller knows equal those of its previous build
+  build parts=... changed=t-1   ... which equal those of its previous build but for these (build_changed)
   open replica=2                the leader takes the last built Fetch
   answer t-0=hw:10 t-1=hw:5,start:2,records,error:NAME,diverging
                                 the leader's read results (default hw 0, start 0); the
@@ -57,7 +58,14 @@ class SessionScenario:
                 topic, index = _key(name)
                 entries.append((topic, _entry(index, int(offset))))
             sid, epoch = self.follower.request_ids
-            send, forgotten, full = self.follower.build(entries, same=c.flag("same"))
+            built = None
+            if c.has("changed"):
+                moved = set(c.text("changed").split(","))
+                built = self.follower.build_changed([e for e in entries if f"{e[0]}-{e[1]['partition']}" in moved])
+                if built is None:
+                    self.request = None
+                    return "cannot build from the changed entries alone: build them all"
+            send, forgotten, full = built or self.follower.build(entries, same=c.flag("same"))
             self.request = {"session_id": sid, "session_epoch": epoch, "send": send, "forgotten": forgotten}
             gone = ",".join(f"{t['topic']}-{p}" for t in forgotten for p in t["partitions"]) or "-"
             return f"fetch session={sid} epoch={epoch} {'full' if full else 'incremental'} " \

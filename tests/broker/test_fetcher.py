@@ -141,6 +141,81 @@ async def test_follower_appends_verbatim_and_takes_min_of_leader_hw_and_own_leo(
     assert hooks.progress[0] == (0, len(batch))
 
 
+async def test_the_next_fetch_leaves_before_the_rounds_progress_is_reported(tmp_path, events):
+    """The next Fetch acknowledges the append: it leaves as soon as the batch is in the log, and the
+    hooks hear of the append and the HW move on the loop's next turn."""
+    part = follower(tmp_path)
+    batch = stamp(build_batch([b"a"]), 0, 5)
+    seen: list[tuple[int, int, int]] = []
+
+    class Watching(Hooks):
+        def on_follower_progress(self, p: Partition, old_hw: int, appended: int) -> None:
+            super().on_follower_progress(p, old_hw, appended)
+            seen.append((len(conn.fetches()), p.leo, p.hw))
+
+    conn = ScriptedLeader(lambda api, body: answer_partition(
+        records=batch if body["topics"][0]["partitions"][0]["fetch_offset"] == 0 else b"", high_watermark=1))
+    hooks = Watching()
+    fm = manager(conn, hooks, events)
+    fm.add(part, 1, 5)
+    await until(lambda: seen)
+    await fm.shutdown()
+    assert seen[0] == (2, 1, 1), "the Fetch at offset 1 had left when the append and HW were reported"
+    assert conn.fetches()[1]["topics"][0]["partitions"][0]["fetch_offset"] == 1
+    assert hooks.progress[0] == (0, len(batch))
+
+
+@pytest.mark.parametrize("waits", [True, False])
+async def test_the_next_fetch_waits_for_the_flush_of_what_it_acknowledges(tmp_path, events, waits):
+    """minibroker.fsync.before.ack: when the hooks' flush gives something to wait on, the next Fetch
+    leaves only once it is done; None (nothing fsynced) lets it leave at once."""
+    part = follower(tmp_path)
+    batch = stamp(build_batch([b"a"]), 0, 5)
+    flushed = asyncio.get_running_loop().create_future()
+    asked: list[list[Partition]] = []
+
+    class Flushing(Hooks):
+        def flush(self, parts: list[Partition]):       # type: ignore[override]
+            asked.append(parts)
+            return flushed if waits else None
+
+    conn = ScriptedLeader(lambda api, body: answer_partition(
+        records=batch if body["topics"][0]["partitions"][0]["fetch_offset"] == 0 else b"", high_watermark=1))
+    fm = manager(conn, Flushing(), events)
+    fm.add(part, 1, 5)
+    await until(lambda: asked)
+    assert asked == [[part]] and part.leo == 1
+    if waits:
+        for _ in range(5):
+            await asyncio.sleep(0)                   # absence check: the flush holds the next Fetch
+        assert len(conn.fetches()) == 1
+        flushed.set_result(None)
+    await until(lambda: len(conn.fetches()) >= 2)
+    await fm.shutdown()
+    assert conn.fetches()[1]["topics"][0]["partitions"][0]["fetch_offset"] == 1
+
+
+def test_a_states_log_view_follows_every_change_of_the_log_and_its_epochs(tmp_path):
+    """FetchState.view copies the epoch entries only when the epoch cache moved; it always equals log_view."""
+    from minibroker.broker.fetcher import FetchState, log_view
+    from minibroker.replication.follower_core import PartitionFollower
+    part = follower(tmp_path)
+    st = FetchState(part, PartitionFollower("t-0", 1, 5, 1000))
+    assert st.view() == log_view(part) and st.view().epochs == ()
+    steps = [lambda: part.append_as_follower(stamp(build_batch([b"a", b"b"]), 0, 3), 0),
+             lambda: part.append_as_follower(stamp(build_batch([b"c"]), 2, 3), 0),
+             lambda: part.append_as_follower(stamp(build_batch([b"d"]), 3, 5), 0),
+             lambda: part.truncate_to(3, 0, "test"),
+             lambda: part.log.maybe_increment_log_start_offset(1),
+             lambda: part.truncate_fully_and_start_at(10, 0, "test"),
+             lambda: part.append_as_follower(stamp(build_batch([b"e"]), 10, 7), 0)]
+    for step in steps:
+        before = st.view()
+        step()
+        assert st.view() == log_view(part) and st.view() != before
+    assert st.view().epochs == ((7, 10),)
+
+
 async def test_fenced_at_our_epoch_stops_fetching_until_new_metadata(tmp_path, events):
     part = follower(tmp_path)
     conn = ScriptedLeader(lambda api, body: answer_partition(error=int(ErrorCode.FENCED_LEADER_EPOCH)))

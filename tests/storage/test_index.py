@@ -1,6 +1,8 @@
 """Sparse offset and time indexes (D3)."""
 from __future__ import annotations
 
+import os
+
 from minibroker.storage import LogConfig, PartitionLog
 from minibroker.storage.index import OffsetIndex, TimeIndex
 
@@ -73,3 +75,33 @@ def test_time_index_keeps_only_increasing_max_timestamps(tmp_path):
     assert list(t.timestamps) == [1000, 1500] and t.last_timestamp == 1500
     t.truncate_to_offset(20)
     assert list(t.timestamps) == [1000]
+
+
+def test_an_index_write_that_fails_mid_append_rolls_the_segment_back(tmp_path, monkeypatch):
+    """D3 with an I/O error: an append whose index entry cannot be written leaves the segment, its
+    indexes and its max timestamp as they were, and raises KAFKA_STORAGE_ERROR; the next append goes on."""
+    import pytest
+
+    from minibroker.errors import ErrorCode, KafkaError
+    log = PartitionLog.open(str(tmp_path / "t-0"), LogConfig(index_interval_bytes=100), clock=ManualClock())
+    seg = log._segments[-1]
+    while not seg.index.positions or seg._bytes_since_index <= 100:     # the next append adds an entry
+        log.append_as_follower(stamped(2, log.log_end_offset, 0))
+    before = (seg.size, seg.next_offset, seg.max_timestamp, list(seg.index.positions), list(seg.time_index.timestamps),
+              seg._bytes_since_index)
+    assert before[3], "the appends so far were indexed"
+
+    def fail(data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(seg.index, "_write", fail)
+    nxt = stamped(2, log.log_end_offset, 0)
+    with pytest.raises(KafkaError) as ei:
+        log.append_as_follower(nxt)
+    assert ei.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    assert (seg.size, seg.next_offset, seg.max_timestamp, list(seg.index.positions),
+            list(seg.time_index.timestamps), seg._bytes_since_index) == before
+    assert os.path.getsize(seg.log_path) == before[0]
+    monkeypatch.undo()
+    log.append_as_follower(nxt)
+    assert log.read(before[1], 1 << 20) == nxt

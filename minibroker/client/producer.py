@@ -1,12 +1,21 @@
 """The producer: batching, acks, retries with back-off, a future per record.
 
-Owns: the sender task that drains the accumulator into Produce requests
-(one per broker, at most `max.in.flight.requests.per.connection` in flight
-to each), the per-batch futures, and the reactions to Produce results:
+Owns: the sender that drains the accumulator into Produce requests (one
+per broker, at most `max.in.flight.requests.per.connection` in flight to
+each), the per-batch futures, and the reactions to Produce results:
 retriable errors go back to the accumulator after a back-off (and a
 metadata refresh for the NOT_LEADER_OR_FOLLOWER family) until `retries` or
 `delivery.timeout.ms` run out; other errors fail the batch's records.
 Batching decisions live in accumulator.py, retry decisions in retry.py.
+
+The sender is Kafka's Sender.runOnce as loop callbacks rather than a task
+to wake: a pass (expire, find ready brokers, drain, write) is scheduled for
+the next loop turn when something may have become sendable (a new or full
+batch, a freed request slot, a retry, a connection), runs when a linger,
+back-off or expiry it computed comes due, and runs at once when a caller is
+about to wait for a record (send_and_wait, flush). Answers are handled in
+the read callback that decodes them (Connection.send_request): the batch is
+completed and a task awaiting one of its records is woken directly.
 
 Idempotence (`enable.idempotence=true`, the default as in Kafka >= 3.0,
 KIP-98/KIP-679): the producer gets a producer id from InitProducerId before
@@ -42,10 +51,12 @@ import logging
 from typing import Any
 from collections.abc import Callable, Iterable, Mapping
 
+from functools import partial
+
 from minibroker.aio import wait_event
 from minibroker import clock
-from minibroker.client.accumulator import (NO_HEADERS, RECORD_OVERHEAD, BufferFull, ProducerBatch, RecordAccumulator,
-                                           record_size)
+from minibroker.client.accumulator import (NO_DELAY_BOUND, NO_HEADERS, RECORD_OVERHEAD, BufferFull, ProducerBatch,
+                                           RecordAccumulator, record_size)
 from minibroker.client.config import PRODUCER_DEFAULTS, client_config, parse_acks
 from minibroker.config import ConfigError
 from minibroker.client.network import ClientNetwork
@@ -92,10 +103,16 @@ class RecordFuture(_RecordRef):
     _batch: ProducerBatch
 
     def __await__(self):
-        waiter = self._batch.waiter
-        if not waiter.done():
-            # shielded: cancelling one awaiting task must not cancel the batch every record shares
-            yield from asyncio.shield(waiter).__await__()
+        b = self._batch
+        if not b.waiter.done():
+            # A future of this await's own, set when the batch completes (Producer._complete): cancelling
+            # the awaiting task cancels it, not the batch's future every record shares.
+            parked = b.waiter.get_loop().create_future()
+            if b.parked is None:
+                b.parked = [parked]
+            else:
+                b.parked.append(parked)
+            yield from parked
         return self.result()
 
     def done(self) -> bool:
@@ -163,9 +180,14 @@ class Producer:
         self._running = False                                  # started and not closed: send's fast check
         self._in_flight: dict[int, int] = {}               # Invariant: requests sent and unanswered per broker
         self._incomplete: set[ProducerBatch] = set()       # drained, not yet done
-        self._wake = asyncio.Event()
         self._space = asyncio.Event()
-        self._sender: asyncio.Task | None = None
+        # The sender. Invariants: _pass_handle is not None iff a pass is scheduled for the next loop turn;
+        # _timer is the one pass a previous pass asked for after a delay; _in_pass while a pass runs;
+        # _pid_task while an InitProducerId is under way (its end schedules a pass).
+        self._pass_handle: asyncio.Handle | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._in_pass = False
+        self._pid_task: asyncio.Task | None = None
         self._started = False
         self._closed = False
         self.on_retry: Callable[[ProducerBatch, KafkaError], None] | None = None   # observability hook
@@ -224,7 +246,7 @@ class Producer:
         self._started = True
         self._running = True
         self.net.start()
-        self._sender = asyncio.ensure_future(self._run())
+        self._wakeup()
         return self
 
     async def __aenter__(self) -> Producer:
@@ -237,7 +259,7 @@ class Producer:
         """Send everything buffered now and wait until every sent record is done."""
         self.acc.flushing += 1
         try:
-            self._wake.set()
+            self._pass()
             pending = [b.waiter for b in self._incomplete] + self._queued_waiters()
             while pending:
                 done, _ = await asyncio.wait(pending, timeout=None if timeout_ms is None else timeout_ms / 1000)
@@ -264,10 +286,16 @@ class Producer:
         self.acc.closing = True
         for b in self.acc.abort_all():
             self._complete(b, -1, KafkaError(ErrorCode.NETWORK_EXCEPTION, "producer closed before the batch was sent"))
-        if self._sender is not None:
-            self._sender.cancel()
+        if self._pass_handle is not None:
+            self._pass_handle.cancel()
+            self._pass_handle = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._pid_task is not None:
+            self._pid_task.cancel()
             try:
-                await self._sender
+                await self._pid_task
             except (asyncio.CancelledError, Exception):
                 pass
         for b in list(self._incomplete):
@@ -343,14 +371,16 @@ class Producer:
                         b.size = total
                         acc.buffered_bytes += size
                         if total >= b.max_size:
-                            self._wake.set()
+                            self._wakeup()
                         return RecordFuture(b, i)
         return await self._send(topic, value, key, partition, headers, timestamp_ms)
 
     async def _send(self, topic: str, value: bytes | None, key: bytes | None, partition: int | None,
-                    headers: Iterable[tuple[str, bytes | None]] | None, timestamp_ms: int | None) -> RecordFuture:
+                    headers: Iterable[tuple[str, bytes | None]] | None, timestamp_ms: int | None,
+                    wake: bool = True) -> RecordFuture:
         """`send` for every record its one-pass case does not take: a stopped producer,
-        an unknown topic, headers, a timestamp, a new batch, a full buffer."""
+        an unknown topic, headers, a timestamp, a new batch, a full buffer; and send_and_wait's
+        records (`wake` False: it runs the sender's pass itself)."""
         if not self._running:
             await self._ensure_running()
         n = self._nparts.get(topic)
@@ -386,8 +416,8 @@ class Producer:
             except BufferFull:
                 await self._wait_for_space()
                 now = now_ms()
-        if new_batch or full:
-            self._wake.set()
+        if (new_batch or full) and wake:
+            self._wakeup()
         return RecordFuture(batch, index)
 
     async def _ensure_running(self) -> None:
@@ -407,15 +437,18 @@ class Producer:
                 self._nparts[topic] = n
                 self._tps[topic] = [TopicPartition(topic, p) for p in range(n)]
 
-    async def send_and_wait(self, topic: str, value: bytes | None, key: bytes | None = None,
-                            **kw: Any) -> RecordMetadata:
-        fut = await self.send(topic, value, key, **kw)
-        self._wake.set()
+    async def send_and_wait(self, topic: str, value: bytes | None, key: bytes | None = None, *,
+                            partition: int | None = None, headers: Iterable[tuple[str, bytes | None]] | None = None,
+                            timestamp_ms: int | None = None) -> RecordMetadata:
+        """`await (await send(...))`, with the sender's work done now rather than in a later loop turn:
+        this task waits next. A wake-up for the sender would only ask for the pass `_send_now` runs."""
+        fut = await self._send(topic, value, key, partition, headers, timestamp_ms, False)
+        self._send_now(fut._batch)
         return await fut
 
     async def _wait_for_space(self) -> None:
         self.acc.memory_waiters += 1
-        self._wake.set()
+        self._wakeup()
         try:
             self._space.clear()
             if not await wait_event(self._space, self.max_block_ms / 1000):
@@ -426,103 +459,206 @@ class Producer:
         finally:
             self.acc.memory_waiters -= 1
 
-    # -- the sender task -----------------------------------------------------------
+    # -- the sender --------------------------------------------------------------
 
     def _leader_of(self, tp: TopicPartition) -> int | None:
         return self.net.cache.leader_id(tp)
 
-    async def _run(self) -> None:
-        try:
-            while True:
-                now = now_ms()
-                for b in self.acc.expired(now):
-                    self._complete(b, -1, KafkaError(
-                        ErrorCode.REQUEST_TIMED_OUT,
-                        f"expiring {len(b)} record(s) for {b.tp}: {now - b.created_ms} ms has passed since "
-                        f"batch creation (delivery.timeout.ms={self.delivery_timeout_ms})"))
-                ready = self.acc.ready(now, self._leader_of)
-                if ready.unknown_leader_topics:
-                    self.net.want_topics(ready.unknown_leader_topics)
-                    self.net.request_update()
-                delay = ready.next_delay_ms
-                nodes = set()
-                for n in sorted(ready.nodes):
-                    if self._in_flight.get(n, 0) >= self.max_in_flight:
-                        continue
-                    wait = self.net.ready_delay_ms(n, self._wake.set)      # connected, or wait for it
-                    if wait:
-                        delay = min(delay, wait)
-                    else:
-                        nodes.add(n)
-                if nodes and self.idempotent and self._producer_id < 0:
-                    try:
-                        await self._ensure_producer_id()
-                    except KafkaError as exc:
-                        for b in self.acc.abort_all():
-                            self._complete(b, -1, exc)
-                        continue
-                    now = now_ms()
-                if nodes:
-                    for node, batches in self.acc.drain(now, nodes, self._leader_of, self.max_request_size).items():
-                        self._in_flight[node] = self._in_flight.get(node, 0) + 1
-                        for b in batches:
-                            if self.idempotent:
-                                self._sequence(b)
-                            self._incomplete.add(b)
-                            if self.max_in_flight == 1:
-                                self.acc.mute(b.tp)
-                        asyncio.ensure_future(self._send_request(node, batches))
-                    continue
-                if ready.unknown_leader_topics:
-                    delay = min(delay, self.net.cache.refresh_backoff_ms)
-                if self.acc.has_queued():
-                    delay = min(delay, self.delivery_timeout_ms)
-                self._wake.clear()
-                if delay >= 2**31:
-                    await self._wake.wait()
-                else:
-                    await wait_event(self._wake, max(delay, 1) / 1000)
-        except asyncio.CancelledError:
-            raise
-        except Exception:                       # a bug here must not silently stall every send
-            log.exception("producer sender task died")
-            for b in self.acc.abort_all() + list(self._incomplete):
-                self._complete(b, -1, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "producer sender task died"))
-            raise
+    def _wakeup(self) -> None:
+        """Something may have become sendable: a pass in the next loop turn (one, however many ask)."""
+        if self._pass_handle is None and self._started and not self._closed:
+            assert self._loop is not None
+            self._pass_handle = self._loop.call_soon(self._scheduled_pass)
 
-    async def _send_request(self, node: int, batches: list[ProducerBatch]) -> None:
-        by_topic: dict[str, list[dict[str, Any]]] = {}
-        for b in batches:
-            by_topic.setdefault(b.tp.topic, []).append({"partition": b.tp.partition, "records": encode(b)})
-        body = {"acks": self.acks, "timeout_ms": self.request_timeout_ms,
-                "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
-        try:
-            if self.acks == 0:
-                await self.net.send_no_response(node, ApiKey.PRODUCE, body)
-                for b in batches:
-                    self._complete(b, -1, None)
-                return
-            resp = await self.net.request(node, ApiKey.PRODUCE, body,
-                                          timeout_ms=self.request_timeout_ms + 5000)
-        except KafkaError as exc:
-            for b in batches:
-                self._failed(b, exc.code if isinstance(exc.code, int) else ErrorCode.NETWORK_EXCEPTION,
-                             f"broker {node}: {exc}")
+    def _scheduled_pass(self) -> None:
+        self._pass_handle = None
+        self._pass()
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._pass()
+
+    def _pass(self) -> None:
+        """One sender pass, now (scheduled by `_wakeup`, due on the timer, or asked for by a caller
+        about to wait); then the timer is set for the next one a delay calls for."""
+        if self._pass_handle is not None:
+            self._pass_handle.cancel()
+            self._pass_handle = None
+        if self._in_pass or self._closed or not self._started:
             return
+        self._in_pass = True
+        try:
+            delay = self._run_once()
+        except Exception:                       # a bug here must not silently stall every send
+            log.exception("producer sender pass failed")
+            for b in self.acc.abort_all() + list(self._incomplete):
+                self._complete(b, -1, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "producer sender failed"))
+            delay = NO_DELAY_BOUND
         finally:
-            self._in_flight[node] -= 1
+            self._in_pass = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if delay < NO_DELAY_BOUND:
+            assert self._loop is not None
+            self._timer = self._loop.call_later(max(delay, 1) / 1000, self._on_timer)
+
+    def _send_now(self, batch: ProducerBatch) -> None:
+        """A pass for a caller about to wait for `batch`. When it is the only batch queued, ready
+        (linger.ms passed), and its leader's connection has a free request slot, the pass would
+        drain it alone: it is taken and written here without the pass's scans; else the full pass."""
+        acc = self.acc
+        if not self._in_pass and not self._closed and acc.sendable_alone(batch, now_ms()):
+            node = self.net.cache.leader_id(batch.tp)
+            if (node is not None and self._in_flight.get(node, 0) < self.max_in_flight
+                    and (self._producer_id >= 0 or not self.idempotent)
+                    and not self.net.ready_delay_ms(node, self._wakeup)):
+                if self._pass_handle is not None:
+                    self._pass_handle.cancel()
+                    self._pass_handle = None
+                if self._timer is not None:        # as the pass: nothing is left queued to wait for
+                    self._timer.cancel()
+                    self._timer = None
+                acc.take(batch)
+                self._drained(node, [batch])
+                return
+        self._pass()
+
+    def _drained(self, node: int, batches: list[ProducerBatch]) -> None:
+        """Batches just drained for `node`: sequences, request slot, then the request is written."""
+        self._in_flight[node] = self._in_flight.get(node, 0) + 1
+        for b in batches:
+            if self.idempotent:
+                self._sequence(b)
+            self._incomplete.add(b)
+            if self.max_in_flight == 1:
+                self.acc.mute(b.tp)
+        self._write(node, batches)
+
+    def _run_once(self) -> int:
+        """Kafka's Sender.runOnce: expire what waited too long, drain ready batches into one request
+        per broker while a request slot is free, write them; returns ms until the next pass is due
+        (NO_DELAY_BOUND: none, until something wakes the sender)."""
+        while True:
+            if not self.acc.queued_count:
+                return NO_DELAY_BOUND
+            now = now_ms()
+            for b in self.acc.expired(now):
+                self._complete(b, -1, KafkaError(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"expiring {len(b)} record(s) for {b.tp}: {now - b.created_ms} ms has passed since "
+                    f"batch creation (delivery.timeout.ms={self.delivery_timeout_ms})"))
+            ready = self.acc.ready(now, self._leader_of)
+            if ready.unknown_leader_topics:
+                self.net.want_topics(ready.unknown_leader_topics)
+                self.net.request_update()
+            delay = ready.next_delay_ms
+            nodes = set()
+            for n in sorted(ready.nodes):
+                if self._in_flight.get(n, 0) >= self.max_in_flight:
+                    continue
+                wait = self.net.ready_delay_ms(n, self._wakeup)      # connected, or wait for it
+                if wait:
+                    delay = min(delay, wait)
+                else:
+                    nodes.add(n)
+            if nodes and self.idempotent and self._producer_id < 0:
+                self._get_producer_id()              # its end schedules a pass
+                nodes.clear()
+            if nodes:
+                for node, batches in self.acc.drain(now, nodes, self._leader_of, self.max_request_size).items():
+                    self._drained(node, batches)
+                continue
+            if ready.unknown_leader_topics:
+                delay = min(delay, self.net.cache.refresh_backoff_ms)
+            if self.acc.has_queued():
+                delay = min(delay, self.delivery_timeout_ms)
+            return delay
+
+    def _get_producer_id(self) -> None:
+        if self._pid_task is None:
+            self._pid_task = asyncio.ensure_future(self._producer_id_then_wake())
+
+    async def _producer_id_then_wake(self) -> None:
+        """InitProducerId for the sender; a fatal error fails every queued batch with it."""
+        try:
+            await self._ensure_producer_id()
+        except KafkaError as exc:
+            for b in self.acc.abort_all():
+                self._complete(b, -1, exc)
+        except Exception:
+            log.exception("producer id request failed")
+            for b in self.acc.abort_all():
+                self._complete(b, -1, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "producer id request failed"))
+        finally:
+            self._pid_task = None
+            self._wakeup()
+
+    def _write(self, node: int, batches: list[ProducerBatch]) -> None:
+        """Write one Produce request for `batches` to `node`; its answer comes to `_answered`."""
+        if len(batches) == 1:
+            b = batches[0]
+            topics = [{"topic": b.tp.topic, "partitions": [{"partition": b.tp.partition, "records": encode(b)}]}]
+        else:
+            by_topic: dict[str, list[dict[str, Any]]] = {}
             for b in batches:
-                self.acc.unmute(b.tp)
-            if self.acc.has_queued():        # what waited for this request's slot or partition goes now
-                self._wake.set()
+                by_topic.setdefault(b.tp.topic, []).append({"partition": b.tp.partition, "records": encode(b)})
+            topics = [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]
+        body = {"acks": self.acks, "timeout_ms": self.request_timeout_ms, "topics": topics}
+        if self.acks == 0:
+            asyncio.ensure_future(self._send_no_response(node, batches, body))
+            return
+        self.net.send_request(node, ApiKey.PRODUCE, body, partial(self._answered, node, batches),
+                              timeout_ms=self.request_timeout_ms + 5000)
+
+    async def _send_no_response(self, node: int, batches: list[ProducerBatch], body: dict[str, Any]) -> None:
+        """acks=0: written and done (or failed, if the broker cannot be reached)."""
+        try:
+            await self.net.send_no_response(node, ApiKey.PRODUCE, body)
+        except KafkaError as exc:
+            self._answered(node, batches, None, exc)
+            return
+        self._in_flight[node] -= 1
+        for b in batches:
+            self.acc.unmute(b.tp)
+            self._complete(b, -1, None)
+        if self.acc.has_queued():
+            self._wakeup()
+
+    def _answered(self, node: int, batches: list[ProducerBatch], resp: dict[str, Any] | None,
+                  error: KafkaError | None) -> None:
+        """The Produce request for `batches` was answered (`resp`) or failed (`error`); called from
+        the connection's read callback, or a later loop turn for a failure."""
+        self._in_flight[node] -= 1
+        acc = self.acc
+        for b in batches:
+            acc.unmute(b.tp)
+        if acc.queued_count:        # what waited for this request's slot or partition goes now
+            self._wakeup()
+        if error is not None:
+            code = error.code if isinstance(error.code, int) else ErrorCode.NETWORK_EXCEPTION
+            for b in batches:
+                self._failed(b, code, f"broker {node}: {error}")
+            return
+        assert resp is not None
         if resp.get("error"):
             for b in batches:
                 self._failed(b, resp["error"], f"broker {node}: {resp.get('message', '')}")
             return
-        results: dict[TopicPartition, dict[str, Any]] = {}
-        for t in resp.get("topics", ()):
+        topics = resp.get("topics", ())
+        if len(batches) == 1 and len(topics) == 1:        # the common case: one batch acknowledged
+            b = batches[0]
+            parts = topics[0].get("partitions", ())
+            if len(parts) == 1 and not parts[0].get("error", 0) \
+                    and (topics[0]["topic"], parts[0]["partition"]) == b.tp:
+                r = parts[0]
+                self._complete(b, r.get("base_offset", -1), None, r.get("log_append_time_ms", -1))
+                return
+        results: dict[tuple[str, int], dict[str, Any]] = {}      # (topic, partition): a TopicPartition's key
+        for t in topics:
+            topic = t["topic"]
             for p in t.get("partitions", ()):
-                results[TopicPartition(t["topic"], p["partition"])] = p
+                results[(topic, p["partition"])] = p
         for b in batches:
             r = results.get(b.tp)
             if r is None:
@@ -557,7 +693,7 @@ class Producer:
                 self.on_retry(batch, err)
             self._incomplete.discard(batch)
             self.acc.reenqueue(batch, now_ms())
-            self._wake.set()
+            self._wakeup()
             return
         self._complete(batch, -1, err)
 
@@ -565,10 +701,18 @@ class Producer:
                   log_append_time: int = -1) -> None:
         self._incomplete.discard(batch)
         if error is None and batch.base_seq >= 0 and batch.producer_id == self._producer_id:
-            self._acked_seq[batch.tp] = (batch.base_seq + len(batch) - 1) & 0x7FFFFFFF
-        if not batch.waiter.done():
-            batch.waiter.set_result((base_offset, error, log_append_time))
+            self._acked_seq[batch.tp] = (batch.base_seq + batch.count - 1) & 0x7FFFFFFF
+        waiter = batch.waiter
+        if not waiter.done():
+            waiter.set_result((base_offset, error, log_append_time))
+            parked = batch.parked
+            if parked is not None:
+                batch.parked = None
+                for fut in parked:
+                    if not fut.done():
+                        fut.set_result(None)
             self.acc.release(batch)
-            self._space.set()
+            if self.acc.memory_waiters:                  # a send() waits for memory (_wait_for_space)
+                self._space.set()
             if self.on_batch_done is not None:
                 self.on_batch_done(batch, base_offset, error)

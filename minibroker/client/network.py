@@ -27,7 +27,7 @@ from minibroker.client.metadata import MetadataCache
 from minibroker.client.retry import Backoff
 from minibroker.config import Config
 from minibroker.errors import ErrorCode, KafkaError
-from minibroker.net.connection import Callback, Connection, check
+from minibroker.net.connection import Body, Callback, Connection, check
 from minibroker.net.tls import client_context, plaintext_to_tls, speaks_tls
 from minibroker.protocol.api import ApiKey
 
@@ -167,7 +167,7 @@ class ClientNetwork:
         if self._conns.get(key) is conn:
             del self._conns[key]
 
-    async def request_address(self, address: Address, api: ApiKey, body: dict[str, Any], *,
+    async def request_address(self, address: Address, api: ApiKey | int, body: Body, *,
                               channel: str = "data", timeout_ms: int | None = None) -> dict[str, Any]:
         conn = await self.connection(address, channel)
         try:
@@ -179,7 +179,7 @@ class ClientNetwork:
                 raise plaintext_to_tls(address[0], address[1]) from None
             raise
 
-    async def request(self, node_id: int, api: ApiKey, body: dict[str, Any], *,
+    async def request(self, node_id: int, api: ApiKey | int, body: Body, *,
                       channel: str = "data", timeout_ms: int | None = None) -> dict[str, Any]:
         """One request to one broker; a transport failure also asks for a metadata refresh."""
         try:
@@ -189,7 +189,7 @@ class ClientNetwork:
             self.request_update()
             raise
 
-    def send_request(self, node_id: int, api: ApiKey, body: dict[str, Any], on_done: Callback, *,
+    def send_request(self, node_id: int, api: ApiKey | int, body: Body, on_done: Callback, *,
                      channel: str = "data", timeout_ms: int | None = None) -> None:
         """`request` for a caller that takes the answer in a callback (the producer's sender).
         Written at once on a live connection: `on_done(response, None)` then runs in the read
@@ -224,7 +224,7 @@ class ClientNetwork:
         self.request_update()
         on_done(None, error)
 
-    async def _request_to_callback(self, node_id: int, api: ApiKey, body: dict[str, Any], on_done: Callback,
+    async def _request_to_callback(self, node_id: int, api: ApiKey | int, body: Body, on_done: Callback,
                                    channel: str, timeout_ms: int | None) -> None:
         try:
             resp = await self.request(node_id, api, body, channel=channel, timeout_ms=timeout_ms)
@@ -233,7 +233,7 @@ class ClientNetwork:
             return
         on_done(resp, None)
 
-    async def send_no_response(self, node_id: int, api: ApiKey, body: dict[str, Any]) -> None:
+    async def send_no_response(self, node_id: int, api: ApiKey, body: Body) -> None:
         conn = await self.connection(self.address_of(node_id), "data")
         try:
             conn.send_no_response(api, body)

@@ -48,6 +48,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+
+import msgpack
 from typing import Any
 from collections.abc import Callable, Iterable, Mapping
 
@@ -60,6 +62,7 @@ from minibroker.client.accumulator import (NO_DELAY_BOUND, NO_HEADERS, RECORD_OV
 from minibroker.client.config import PRODUCER_DEFAULTS, client_config, parse_acks
 from minibroker.config import ConfigError
 from minibroker.client.network import ClientNetwork
+from minibroker.net.connection import Body, EncodedBody
 from minibroker.client.partitioner import StickyPartitioner, partition_for_key
 from minibroker.client.retry import Backoff, decide_retry
 from minibroker.client.types import RecordMetadata, TopicPartition
@@ -73,7 +76,39 @@ def encode(batch: ProducerBatch) -> bytes:
     """The batch's records as one Kafka v2 record batch (built once, kept for retries)."""
     return batch.encoded()
 
+
+def _bin_header(n: int) -> bytes:
+    """msgpack's header for `n` bytes of binary data (bin 8, 16 or 32)."""
+    if n < 0x100:
+        return bytes((0xC4, n))
+    if n < 0x10000:
+        return b"\xc5" + n.to_bytes(2, "big")
+    return b"\xc6" + n.to_bytes(4, "big")
+
+
+class ProduceEncoder:
+    """A Produce body of one batch in msgpack, from pieces encoded once: the same bytes as
+    packing {"acks", "timeout_ms", "topics": [{"topic", "partitions": [{"partition", "records"}]}]}.
+    Invariant: `_heads[tp]` encodes the topics list of `tp` up to its "records" key."""
+
+    def __init__(self, acks: int, timeout_ms: int) -> None:
+        self._packer = msgpack.Packer(use_bin_type=True)
+        pack = self._packer.pack
+        self._head = b"".join(map(pack, ("acks", acks, "timeout_ms", timeout_ms, "topics")))
+        self._heads: dict[TopicPartition, bytes] = {}
+
+    def body(self, tp: TopicPartition, records: bytes) -> EncodedBody:
+        head = self._heads.get(tp)
+        if head is None:
+            p = self._packer
+            head = self._heads[tp] = b"".join((
+                p.pack_array_header(1), p.pack_map_header(2), p.pack("topic"), p.pack(tp.topic), p.pack("partitions"),
+                p.pack_array_header(1), p.pack_map_header(2), p.pack("partition"), p.pack(tp.partition),
+                p.pack("records")))
+        return 3, (self._head, head, _bin_header(len(records)), records)
+
 log = logging.getLogger("minibroker.producer")
+_PRODUCE = int(ApiKey.PRODUCE)        # a plain int: an IntEnum member hashes and converts through Python code
 
 
 def now_ms() -> int:
@@ -160,6 +195,7 @@ class Producer:
         self._next_seq: dict[TopicPartition, int] = {}
         self._acked_seq: dict[TopicPartition, int] = {}
         self.net = ClientNetwork(self.cfg)
+        self._encoder = ProduceEncoder(self.acks, self.request_timeout_ms)
         self._loop: asyncio.AbstractEventLoop | None = None
         try:
             compression = codec_id(self.cfg.get("compression.type"))
@@ -596,22 +632,23 @@ class Producer:
 
     def _write(self, node: int, batches: list[ProducerBatch]) -> None:
         """Write one Produce request for `batches` to `node`; its answer comes to `_answered`."""
+        body: Body
         if len(batches) == 1:
             b = batches[0]
-            topics = [{"topic": b.tp.topic, "partitions": [{"partition": b.tp.partition, "records": encode(b)}]}]
+            body = self._encoder.body(b.tp, encode(b))
         else:
             by_topic: dict[str, list[dict[str, Any]]] = {}
             for b in batches:
                 by_topic.setdefault(b.tp.topic, []).append({"partition": b.tp.partition, "records": encode(b)})
-            topics = [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]
-        body = {"acks": self.acks, "timeout_ms": self.request_timeout_ms, "topics": topics}
+            body = {"acks": self.acks, "timeout_ms": self.request_timeout_ms,
+                    "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
         if self.acks == 0:
             asyncio.ensure_future(self._send_no_response(node, batches, body))
             return
-        self.net.send_request(node, ApiKey.PRODUCE, body, partial(self._answered, node, batches),
+        self.net.send_request(node, _PRODUCE, body, partial(self._answered, node, batches),
                               timeout_ms=self.request_timeout_ms + 5000)
 
-    async def _send_no_response(self, node: int, batches: list[ProducerBatch], body: dict[str, Any]) -> None:
+    async def _send_no_response(self, node: int, batches: list[ProducerBatch], body: Body) -> None:
         """acks=0: written and done (or failed, if the broker cannot be reached)."""
         try:
             await self.net.send_no_response(node, ApiKey.PRODUCE, body)

@@ -30,6 +30,14 @@
  *     RecordFuture (one per record sent), so that making one is a C
  *     allocation and not a Python __init__ call.
  *
+ * SlotsMaker(cls, names)
+ *     A callable that makes an instance of `cls` with its `names` slots (member
+ *     descriptors of `cls`, object slots) set to the arguments, in order, and
+ *     nothing else run: `cls(*values)` for a class whose __init__ only assigns
+ *     those slots (the producer's RecordMetadata, a frozen dataclass whose
+ *     __init__ assigns through object.__setattr__, one per awaited record).
+ *     Its Python twin is `cls` itself.
+ *
  * msgpack_objects(data, limit) -> int
  *     How many msgpack objects the one object encoded at the start of `data`
  *     holds (itself, and every element, key and value inside it), counted
@@ -489,6 +497,112 @@ static PyTypeObject RecordRefType = {
     .tp_new = ref_new,
 };
 
+/* ---------------------------------------------------------------- SlotsMaker */
+
+#define MAKER_MAX_SLOTS 16
+
+typedef struct {
+    PyObject_HEAD
+    PyTypeObject *cls;
+    Py_ssize_t n;
+    Py_ssize_t offsets[MAKER_MAX_SLOTS];
+    vectorcallfunc vectorcall;
+} SlotsMaker;
+
+static PyObject *maker_call(SlotsMaker *mk, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != mk->n || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
+        PyErr_Format(PyExc_TypeError, "%s maker takes %zd positional arguments", mk->cls->tp_name, mk->n);
+        return NULL;
+    }
+    PyObject *obj = mk->cls->tp_alloc(mk->cls, 0);
+    if (obj == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        *(PyObject **)((char *)obj + mk->offsets[i]) = Py_NewRef(args[i]);
+    return obj;
+}
+
+static PyObject *maker_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *cls, *names;
+    if (kwds != NULL && PyDict_GET_SIZE(kwds) != 0) {
+        PyErr_SetString(PyExc_TypeError, "SlotsMaker(cls, names) takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O!O!:SlotsMaker", &PyType_Type, &cls, &PyTuple_Type, &names))
+        return NULL;
+    PyTypeObject *tp = (PyTypeObject *)cls;
+    Py_ssize_t n = PyTuple_GET_SIZE(names);
+    if (n > MAKER_MAX_SLOTS || tp->tp_alloc != PyType_GenericAlloc
+            || tp->tp_new != PyBaseObject_Type.tp_new || tp->tp_itemsize != 0) {
+        PyErr_Format(PyExc_TypeError, "SlotsMaker: %s is not a plain class with at most %d slots",
+                     tp->tp_name, MAKER_MAX_SLOTS);
+        return NULL;
+    }
+    SlotsMaker *mk = (SlotsMaker *)type->tp_alloc(type, 0);
+    if (mk == NULL)
+        return NULL;
+    mk->cls = (PyTypeObject *)Py_NewRef(cls);
+    mk->n = n;
+    mk->vectorcall = (vectorcallfunc)maker_call;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *d = PyObject_GetAttr(cls, PyTuple_GET_ITEM(names, i));
+        if (d == NULL) {
+            Py_DECREF(mk);
+            return NULL;
+        }
+        int ok = Py_IS_TYPE(d, &PyMemberDescr_Type)
+            && PyType_IsSubtype(tp, PyDescr_TYPE(d))
+            && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX
+            && !(((PyMemberDescrObject *)d)->d_member->flags & READONLY);
+        if (ok)
+            mk->offsets[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+        Py_DECREF(d);
+        if (!ok) {
+            PyErr_Format(PyExc_TypeError, "SlotsMaker: %R is not an object slot of %s",
+                         PyTuple_GET_ITEM(names, i), tp->tp_name);
+            Py_DECREF(mk);
+            return NULL;
+        }
+    }
+    return (PyObject *)mk;
+}
+
+static int maker_traverse(SlotsMaker *mk, visitproc visit, void *arg)
+{
+    Py_VISIT(mk->cls);
+    return 0;
+}
+
+static int maker_clear(SlotsMaker *mk)
+{
+    Py_CLEAR(mk->cls);
+    return 0;
+}
+
+static void maker_dealloc(SlotsMaker *mk)
+{
+    PyObject_GC_UnTrack(mk);
+    maker_clear(mk);
+    Py_TYPE(mk)->tp_free((PyObject *)mk);
+}
+
+static PyTypeObject SlotsMakerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "minibroker._speedups.SlotsMaker",
+    .tp_basicsize = sizeof(SlotsMaker),
+    .tp_dealloc = (destructor)maker_dealloc,
+    .tp_vectorcall_offset = offsetof(SlotsMaker, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "SlotsMaker(cls, names): makes cls instances with those slots set to its arguments.",
+    .tp_traverse = (traverseproc)maker_traverse,
+    .tp_clear = (inquiry)maker_clear,
+    .tp_new = maker_new,
+};
+
 /* ---------------------------------------------------------------- msgpack_objects */
 
 static int be_len(const unsigned char *p, int n, Py_ssize_t *out)
@@ -840,7 +954,8 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__speedups(void)
 {
-    if (PyType_Ready(&RecordsWriterType) < 0 || PyType_Ready(&RecordRefType) < 0)
+    if (PyType_Ready(&RecordsWriterType) < 0 || PyType_Ready(&RecordRefType) < 0
+            || PyType_Ready(&SlotsMakerType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
@@ -859,6 +974,10 @@ PyMODINIT_FUNC PyInit__speedups(void)
     Py_INCREF(&RecordRefType);
     if (PyModule_AddObject(m, "RecordRef", (PyObject *)&RecordRefType) < 0) {
         Py_DECREF(&RecordRefType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (PyModule_AddObjectRef(m, "SlotsMaker", (PyObject *)&SlotsMakerType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

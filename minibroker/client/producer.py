@@ -128,6 +128,14 @@ except ImportError:  # pragma: no cover - the C extension was not built
             self._index = index
 
 
+try:    # a RecordMetadata per awaited record, made in C: the frozen dataclass's __init__ costs 4 object.__setattr__
+    from minibroker._speedups import SlotsMaker
+    _metadata: Callable[[str, int, int, int], RecordMetadata] = SlotsMaker(
+        RecordMetadata, ("topic", "partition", "offset", "timestamp"))
+except ImportError:  # pragma: no cover - the C extension was not built
+    _metadata = RecordMetadata
+
+
 class RecordFuture(_RecordRef):
     """The outcome of one sent record; `await` it for `RecordMetadata` or a KafkaError.
 
@@ -159,7 +167,7 @@ class RecordFuture(_RecordRef):
             raise error
         b = self._batch
         offset = -1 if base < 0 else base + self._index
-        return RecordMetadata(b.tp.topic, b.tp.partition, offset, ts if ts >= 0 else b.timestamp(self._index))
+        return _metadata(b.tp.topic, b.tp.partition, offset, ts if ts >= 0 else b.timestamp(self._index))
 
     def exception(self) -> KafkaError | None:
         return self._batch.waiter.result()[1]

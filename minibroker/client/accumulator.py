@@ -5,8 +5,8 @@ Owns: a queue of open and closed batches per partition, the bytes they hold
 `batch.size` reached, a flush or close asked for, memory exhausted, a
 retry's back-off over) and the draining of ready batches into per-broker
 requests. Pure: every method takes `now_ms`; the driver (producer.py) owns
-the clock, the sockets and the futures, which it attaches to each batch
-through the `new_waiter` factory.
+the clock, the sockets and the futures, which it keeps in each batch's
+`waiter`, `parked` and `outcome` (or attaches through the `new_waiter` factory).
 
 Must not know how batches are encoded or sent, nor what a broker answered
 beyond "retry this batch" (`reenqueue`) or "done" (`release`): each batch
@@ -76,7 +76,7 @@ class ProducerBatch:
 
     __slots__ = ("tp", "builder", "count", "first_ts", "max_ts", "size", "max_size", "created_ms", "retry_at_ms",
                  "attempts", "closed", "waiter", "last_error", "mixed_ts", "_encoded", "_decode", "_decoded",
-                 "producer_id", "producer_epoch", "base_seq", "parked")
+                 "producer_id", "producer_epoch", "base_seq", "parked", "outcome")
 
     def __init__(self, tp: TopicPartition, max_size: int, created_ms: int, waiter: Any,
                  builder: Builder | None = None, decode: Decoder | None = None) -> None:
@@ -94,7 +94,9 @@ class ProducerBatch:
         self.attempts = 0
         self.closed = False
         self.waiter = waiter
-        self.parked: list[Any] | None = None     # the driver's, beside `waiter`: what it wakes when the batch is done
+        # The driver's, beside `waiter`: what it wakes when the batch is done, and how it ended.
+        self.parked: list[Any] | None = None
+        self.outcome: Any = None
         self.last_error = 0
         # Idempotence: set once, before the first send (`set_producer_state`), kept by every retry.
         self.producer_id = -1
@@ -190,7 +192,7 @@ class RecordAccumulator:
 
     def __init__(self, *, batch_size: int = 16384, linger_ms: int = 5, buffer_memory: int = 33_554_432,
                  delivery_timeout_ms: int = 120_000, backoff: Backoff = _DEFAULT_BACKOFF,
-                 new_waiter: Callable[[], Any] = lambda: None,
+                 new_waiter: Callable[[], Any] | None = None,
                  new_builder: Callable[[], Builder] | None = None, decode: Decoder | None = None,
                  rand: Callable[[], float] = random.random) -> None:
         self.batch_size = batch_size
@@ -240,7 +242,8 @@ class RecordAccumulator:
         q = self._queues.get(tp)
         if q is None:
             q = self._queues[tp] = deque()
-        batch = ProducerBatch(tp, self.batch_size, now_ms, self.new_waiter(), self.new_builder(), self.decode)
+        batch = ProducerBatch(tp, self.batch_size, now_ms, None if self.new_waiter is None else self.new_waiter(),
+                              self.new_builder(), self.decode)
         batch.try_append(key, value, timestamp_ms, headers, size)
         self.buffered_bytes += batch.size
         q.append(batch)

@@ -136,33 +136,42 @@ except ImportError:  # pragma: no cover - the C extension was not built
     _metadata = RecordMetadata
 
 
+def _park(batch: ProducerBatch) -> asyncio.Future:
+    """A future of the caller's own, set when `batch` is done (Producer._complete)."""
+    fut = asyncio.get_running_loop().create_future()
+    if batch.parked is None:
+        batch.parked = [fut]
+    else:
+        batch.parked.append(fut)
+    return fut
+
+
 class RecordFuture(_RecordRef):
     """The outcome of one sent record; `await` it for `RecordMetadata` or a KafkaError.
 
     Cheap by design (two fields, `_batch` and `_index`): it shares its batch's
-    future and computes its own offset as the batch's base offset plus its index."""
+    outcome, (base offset, error, log append time) once the batch is done, and
+    computes its own offset as the batch's base offset plus its index. Whatever
+    waits for it parks a future of its own on the batch (Producer._complete sets
+    them): cancelling a task awaiting one record leaves the batch alone."""
 
     __slots__ = ()
     _batch: ProducerBatch
 
     def __await__(self):
         b = self._batch
-        if not b.waiter.done():
-            # A future of this await's own, set when the batch completes (Producer._complete): cancelling
-            # the awaiting task cancels it, not the batch's future every record shares.
-            parked = b.waiter.get_loop().create_future()
-            if b.parked is None:
-                b.parked = [parked]
-            else:
-                b.parked.append(parked)
-            yield from parked
+        if b.outcome is None:
+            yield from _park(b)
         return self.result()
 
     def done(self) -> bool:
-        return self._batch.waiter.done()
+        return self._batch.outcome is not None
 
     def result(self) -> RecordMetadata:
-        base, error, ts = self._batch.waiter.result()
+        outcome = self._batch.outcome
+        if outcome is None:
+            raise asyncio.InvalidStateError("the record's batch is not done yet")
+        base, error, ts = outcome
         if error is not None:
             raise error
         b = self._batch
@@ -170,10 +179,18 @@ class RecordFuture(_RecordRef):
         return _metadata(b.tp.topic, b.tp.partition, offset, ts if ts >= 0 else b.timestamp(self._index))
 
     def exception(self) -> KafkaError | None:
-        return self._batch.waiter.result()[1]
+        outcome = self._batch.outcome
+        if outcome is None:
+            raise asyncio.InvalidStateError("the record's batch is not done yet")
+        return outcome[1]  # type: ignore[no-any-return]
 
     def add_done_callback(self, fn: Callable[[RecordFuture], Any]) -> None:
-        self._batch.waiter.add_done_callback(lambda _f: fn(self))
+        """Call `fn(self)` in a loop turn after the batch is done (now, if it is), as a future does."""
+        if self._batch.outcome is not None:
+            asyncio.get_running_loop().call_soon(fn, self)
+        else:
+            _park(self._batch).add_done_callback(lambda _f: fn(self))
+
 
     @property
     def topic_partition(self) -> TopicPartition:
@@ -213,7 +230,7 @@ class Producer:
             batch_size=self.cfg.get_int("batch.size"), linger_ms=self.cfg.get_int("linger.ms"),
             buffer_memory=self.cfg.get_int("buffer.memory"), delivery_timeout_ms=self.delivery_timeout_ms,
             backoff=Backoff(self.cfg.get_int("retry.backoff.ms"), self.cfg.get_int("retry.backoff.max.ms")),
-            new_waiter=self._new_waiter, new_builder=lambda: new_builder(compression), decode=decode_rows)
+            new_builder=lambda: new_builder(compression), decode=decode_rows)
         self.partitioner = StickyPartitioner()
         self._sticky = self.partitioner.current                # topic -> its unkeyed records' partition now
         self._open = self.acc.open_batches                     # tp -> its open batch (the accumulator's own dict)
@@ -304,17 +321,22 @@ class Producer:
         self.acc.flushing += 1
         try:
             self._pass()
-            pending = [b.waiter for b in self._incomplete] + self._queued_waiters()
+            pending = self._undone()
             while pending:
                 done, _ = await asyncio.wait(pending, timeout=None if timeout_ms is None else timeout_ms / 1000)
                 if not done and timeout_ms is not None:
                     raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"flush did not complete in {timeout_ms} ms")
-                pending = [b.waiter for b in self._incomplete] + self._queued_waiters()
+                pending = self._undone()
         finally:
             self.acc.flushing -= 1
 
-    def _queued_waiters(self) -> list[asyncio.Future]:
-        return [b.waiter for b in self.acc.queued() if not b.waiter.done()]
+    def _undone(self) -> list[asyncio.Future]:
+        """A future per batch sent or queued and not done yet, set when it is (made on demand: flush's)."""
+        undone = list(self._incomplete) + [b for b in self.acc.queued() if b.outcome is None]
+        for b in undone:
+            if b.waiter is None:
+                b.waiter = self._loop.create_future()        # type: ignore[union-attr]
+        return [b.waiter for b in undone]
 
     async def close(self, timeout_ms: int | None = None) -> None:
         """Flush (unless timeout_ms == 0), then stop the sender and close connections."""
@@ -347,10 +369,6 @@ class Producer:
         await self.net.close()
 
     # -- sending -----------------------------------------------------------------
-
-    def _new_waiter(self) -> asyncio.Future:
-        assert self._loop is not None
-        return self._loop.create_future()
 
     async def partitions_for(self, topic: str, timeout_ms: int | None = None) -> int:
         """The topic's partition count, fetching metadata if needed (up to max.block.ms)."""
@@ -747,9 +765,10 @@ class Producer:
         self._incomplete.discard(batch)
         if error is None and batch.base_seq >= 0 and batch.producer_id == self._producer_id:
             self._acked_seq[batch.tp] = (batch.base_seq + batch.count - 1) & 0x7FFFFFFF
-        waiter = batch.waiter
-        if not waiter.done():
-            waiter.set_result((base_offset, error, log_append_time))
+        if batch.outcome is None:
+            batch.outcome = outcome = (base_offset, error, log_append_time)
+            if batch.waiter is not None:
+                batch.waiter.set_result(outcome)
             parked = batch.parked
             if parked is not None:
                 batch.parked = None

@@ -103,4 +103,25 @@ async def test_close_leaves_no_pass_or_timer_behind(shared_cluster):
         await p.send(topic, b"x")
         assert p._pass_handle is not None or p._timer is not None
     assert p._pass_handle is None and p._timer is None and p._pid_task is None
-    assert len(done) == 1 and done[0].waiter.result()[1] is None       # close flushed it first
+    assert len(done) == 1 and done[0].outcome[1] is None       # close flushed it first
+
+
+async def test_a_record_future_answers_done_result_exception_and_callbacks(shared_cluster):
+    topic = await new_topic(shared_cluster)
+    async with Producer(shared_cluster.bootstrap, {"linger.ms": "100"}) as p:
+        fut = await p.send(topic, b"x")
+        assert not fut.done()
+        with pytest.raises(asyncio.InvalidStateError):
+            fut.result()
+        with pytest.raises(asyncio.InvalidStateError):
+            fut.exception()
+        called: list = []
+        fut.add_done_callback(called.append)
+        flushed = asyncio.ensure_future(p.flush())
+        md = await fut
+        await flushed
+        assert fut.done() and fut.exception() is None and fut.result() == md and md.offset == 0
+        late = asyncio.get_running_loop().create_future()
+        fut.add_done_callback(late.set_result)          # already done: called in a later turn
+        assert await late is fut
+        assert called == [fut]

@@ -23,6 +23,8 @@ from minibroker.client.types import RecordMetadata
 assert producer._metadata is RecordMetadata
 f = RecordFuture("batch", 3)
 assert (f._batch, f._index) == ("batch", 3)
+from minibroker.net import connection
+assert connection.decode_map(b"\x80") is None
 from minibroker.protocol import framing
 assert framing.msgpack_objects is framing.msgpack_objects_py
 assert framing.response_entries is framing._response_entries

@@ -29,6 +29,12 @@ from minibroker.net.tls import speaks_plaintext, tls_handshake_failed, tls_to_pl
 from minibroker.protocol.api import ApiKey
 from minibroker.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FramingError, decode_body
 
+try:    # the answer's map in one C call, its keys from a cache; None leaves it to msgpack (decode_body)
+    from minibroker._speedups import decode_map
+except ImportError:  # pragma: no cover - the C extension was not built
+    def decode_map(data: bytes) -> dict[str, Any] | None:
+        return None
+
 # Called with (response, None) when the answer is read, or (None, error) when the request
 # times out (REQUEST_TIMED_OUT) or its connection is lost (NETWORK_EXCEPTION).
 Callback = Callable[[dict[str, Any] | None, KafkaError | None], None]
@@ -213,8 +219,10 @@ class Connection:
         decoder = self._decoder
         try:
             if len(data) > 4 and int.from_bytes(data[:4], "big") == len(data) - 4 <= decoder.max_frame_bytes \
-                    and not decoder.buffered:
-                messages = [decode_body(data[4:])]      # the usual read, one whole frame: nothing to buffer
+                    and not decoder.buffered:           # the usual read, one whole frame: nothing to buffer
+                body = data[4:]
+                msg = decode_map(body)
+                messages = [decode_body(body) if msg is None else msg]
             else:
                 messages = decoder.feed(data)
         except FramingError as exc:

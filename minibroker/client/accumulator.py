@@ -249,7 +249,7 @@ class RecordAccumulator:
         q.append(batch)
         self.queued_count += 1
         self.open_batches[tp] = batch
-        return (batch, 0, True, batch.full)
+        return (batch, 0, True, batch.size >= batch.max_size)
 
     def has_room(self, tp: TopicPartition, size: int) -> bool:
         """Whether the partition's open batch would take a record of `size` bytes."""
@@ -337,12 +337,13 @@ class RecordAccumulator:
 
     def take(self, batch: ProducerBatch) -> None:
         """`drain` of the one batch `sendable_alone` allowed."""
-        q = self._queues[batch.tp]
-        assert q[0] is batch
-        q.popleft()
+        tp = batch.tp
+        if self._queues[tp].popleft() is not batch:
+            raise AssertionError(f"{batch} was not the head of its queue")
         self.queued_count -= 1
         self._drain_index += 1
-        self._close(batch)
+        batch.closed = True
+        del self.open_batches[tp]             # sendable_alone: it was the partition's open batch
         batch.attempts += 1
 
     def reenqueue(self, batch: ProducerBatch, now_ms: int) -> None:

@@ -123,6 +123,14 @@ class ClientNetwork:
         fut.set_result(conn)
         return conn
 
+    def connected(self, node_id: int, channel: str = "data") -> bool:
+        """Whether a request to `node_id` would be written at once on a live connection."""
+        node = self.cache.brokers.get(node_id)
+        if node is None or self.closed:
+            return False
+        conn = self._conns.get((node.host, node.port, channel))
+        return conn is not None and not conn.closed
+
     def ready_delay_ms(self, node_id: int, wake: Callable[[], None], channel: str = "data") -> int:
         """Kafka's NetworkClient.ready and connectionDelay in one, asked by the producer's sender
         before it drains batches for `node_id`: 0 when a request would be written at once (a live
@@ -196,7 +204,7 @@ class ClientNetwork:
         callback that decodes the answer. Failures (handled as `request` handles them: the
         connection dropped, a metadata refresh asked for) reach `on_done(None, error)` in a
         later loop turn; so does everything when there is no live connection yet."""
-        node = self.cache.node(node_id)
+        node = self.cache.brokers.get(node_id)
         conn = None if node is None or self.closed else self._conns.get((node.host, node.port, channel))
         if conn is None or conn.closed:
             asyncio.ensure_future(self._request_to_callback(node_id, api, body, on_done, channel, timeout_ms))

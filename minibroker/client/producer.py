@@ -68,7 +68,8 @@ from minibroker.client.retry import Backoff, decide_retry
 from minibroker.client.types import RecordMetadata, TopicPartition
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.protocol.api import ApiKey
-from minibroker.codec import codec_id
+from minibroker.codec import NONE as NO_COMPRESSION, codec_id
+from minibroker import records
 from minibroker.records import decode_rows, header_list, new_builder
 
 
@@ -134,6 +135,15 @@ try:    # a RecordMetadata per awaited record, made in C: the frozen dataclass's
         RecordMetadata, ("topic", "partition", "offset", "timestamp"))
 except ImportError:  # pragma: no cover - the C extension was not built
     _metadata = RecordMetadata
+
+
+def _builder_factory(compression: int) -> Callable[[], Any]:
+    """What makes a batch's builder: records.new_builder(compression), or for uncompressed batches
+    the C builder's class itself where it was built (the same builder, two Python calls less)."""
+    builder_class = getattr(records, "RecordsBuilder", None)
+    if compression == NO_COMPRESSION and builder_class is not None:
+        return builder_class  # type: ignore[no-any-return]
+    return lambda: new_builder(compression)
 
 
 def _park(batch: ProducerBatch) -> asyncio.Future:
@@ -230,7 +240,7 @@ class Producer:
             batch_size=self.cfg.get_int("batch.size"), linger_ms=self.cfg.get_int("linger.ms"),
             buffer_memory=self.cfg.get_int("buffer.memory"), delivery_timeout_ms=self.delivery_timeout_ms,
             backoff=Backoff(self.cfg.get_int("retry.backoff.ms"), self.cfg.get_int("retry.backoff.max.ms")),
-            new_builder=lambda: new_builder(compression), decode=decode_rows)
+            new_builder=_builder_factory(compression), decode=decode_rows)
         self.partitioner = StickyPartitioner()
         self._sticky = self.partitioner.current                # topic -> its unkeyed records' partition now
         self._open = self.acc.open_batches                     # tp -> its open batch (the accumulator's own dict)
@@ -296,7 +306,7 @@ class Producer:
         if b.base_seq < 0:
             seq = self._next_seq.get(b.tp, 0)
             b.set_producer_state(self._producer_id, self._producer_epoch, seq)
-            self._next_seq[b.tp] = (seq + len(b)) & 0x7FFFFFFF
+            self._next_seq[b.tp] = (seq + b.count) & 0x7FFFFFFF
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -573,8 +583,7 @@ class Producer:
         if not self._in_pass and not self._closed and acc.sendable_alone(batch, now_ms()):
             node = self.net.cache.leader_id(batch.tp)
             if (node is not None and self._in_flight.get(node, 0) < self.max_in_flight
-                    and (self._producer_id >= 0 or not self.idempotent)
-                    and not self.net.ready_delay_ms(node, self._wakeup)):
+                    and (self._producer_id >= 0 or not self.idempotent) and self.net.connected(node)):
                 if self._pass_handle is not None:
                     self._pass_handle.cancel()
                     self._pass_handle = None
@@ -683,7 +692,8 @@ class Producer:
             return
         self._in_flight[node] -= 1
         for b in batches:
-            self.acc.unmute(b.tp)
+            if self.max_in_flight == 1:
+                self.acc.unmute(b.tp)
             self._complete(b, -1, None)
         if self.acc.has_queued():
             self._wakeup()
@@ -694,8 +704,9 @@ class Producer:
         the connection's read callback, or a later loop turn for a failure."""
         self._in_flight[node] -= 1
         acc = self.acc
-        for b in batches:
-            acc.unmute(b.tp)
+        if self.max_in_flight == 1:           # _drained muted their partitions
+            for b in batches:
+                acc.unmute(b.tp)
         if acc.queued_count:        # what waited for this request's slot or partition goes now
             self._wakeup()
         if error is not None:

@@ -79,7 +79,8 @@ class Connection:
         self._timer_at = 0.0
         self._decoder = FrameDecoder(max_frame_bytes)
         self._packer = msgpack.Packer(use_bin_type=True)     # encode_frame's packer, made once
-        self._heads: dict[int, bytes] = {}          # api -> its header entries up to the "id" key, encoded
+        # (api, body entries) -> the map's header and its header entries up to the "id" key, encoded
+        self._heads: dict[tuple[int, int], bytes] = {}
         self._client_entry = self._packer.pack("client") + self._packer.pack(client_id)
         self._transport: asyncio.Transport | None = None
         self.closed = False
@@ -134,11 +135,12 @@ class Connection:
         if not isinstance(body, tuple):
             data = packer.pack({"api": int(api), "v": 0, "id": cid, "client": self.client_id, **body})
             return cid, len(data).to_bytes(4, "big") + data
-        head = self._heads.get(api)
-        if head is None:
-            head = self._heads[int(api)] = b"".join(map(packer.pack, ("api", int(api), "v", 0, "id")))
         entries, body_parts = body
-        parts = (packer.pack_map_header(4 + entries), head, packer.pack(cid), self._client_entry, *body_parts)
+        head = self._heads.get((api, entries))
+        if head is None:
+            head = self._heads[(int(api), entries)] = packer.pack_map_header(4 + entries) + b"".join(
+                map(packer.pack, ("api", int(api), "v", 0, "id")))
+        parts = (head, packer.pack(cid), self._client_entry, *body_parts)
         return cid, b"".join((sum(map(len, parts)).to_bytes(4, "big"), *parts))
 
     def _track(self, cid: int, timeout_ms: int, fut: asyncio.Future | None, callback: Callback | None) -> None:

@@ -146,9 +146,9 @@ def _builder_factory(compression: int) -> Callable[[], Any]:
     return lambda: new_builder(compression)
 
 
-def _park(batch: ProducerBatch) -> asyncio.Future:
+def _park(batch: ProducerBatch, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
     """A future of the caller's own, set when `batch` is done (Producer._complete)."""
-    fut = asyncio.get_running_loop().create_future()
+    fut = loop.create_future()
     if batch.parked is None:
         batch.parked = [fut]
     else:
@@ -171,7 +171,7 @@ class RecordFuture(_RecordRef):
     def __await__(self):
         b = self._batch
         if b.outcome is None:
-            yield from _park(b)
+            yield from _park(b, asyncio.get_running_loop())
         return self.result()
 
     def done(self) -> bool:
@@ -199,7 +199,7 @@ class RecordFuture(_RecordRef):
         if self._batch.outcome is not None:
             asyncio.get_running_loop().call_soon(fn, self)
         else:
-            _park(self._batch).add_done_callback(lambda _f: fn(self))
+            _park(self._batch, asyncio.get_running_loop()).add_done_callback(lambda _f: fn(self))
 
 
     @property
@@ -515,8 +515,11 @@ class Producer:
         """`await (await send(...))`, with the sender's work done now rather than in a later loop turn:
         this task waits next. A wake-up for the sender would only ask for the pass `_send_now` runs."""
         fut = await self._send(topic, value, key, partition, headers, timestamp_ms, False)
-        self._send_now(fut._batch)
-        return await fut
+        batch = fut._batch
+        self._send_now(batch)
+        if batch.outcome is None:         # `await fut`, parked on the producer's loop (asking for the running
+            await _park(batch, self._loop)  # type: ignore[arg-type]   # loop costs a getpid syscall)
+        return fut.result()
 
     async def _wait_for_space(self) -> None:
         self.acc.memory_waiters += 1

@@ -125,3 +125,22 @@ async def test_a_record_future_answers_done_result_exception_and_callbacks(share
         fut.add_done_callback(late.set_result)          # already done: called in a later turn
         assert await late is fut
         assert called == [fut]
+
+
+async def test_a_cancelled_send_and_wait_still_delivers_its_record(shared_cluster):
+    topic = await new_topic(shared_cluster)
+    async with Producer(shared_cluster.bootstrap, {"linger.ms": "60000"}) as p:
+        await p.partitions_for(topic)
+        waiting = asyncio.ensure_future(p.send_and_wait(topic, b"kept"))
+        for _ in range(100):                      # appended, then parked on its lingering batch
+            if p.acc.queued_count:
+                break
+            await asyncio.sleep(0)
+        (batch,) = p.acc.queued()
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        await p.flush()
+        assert batch.outcome is not None and batch.outcome[:2] == (0, None)
+    (rec,) = await read_all(shared_cluster, topic, 1)
+    assert rec.value == b"kept"

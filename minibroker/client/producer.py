@@ -185,8 +185,10 @@ class RecordFuture(_RecordRef):
         if error is not None:
             raise error
         b = self._batch
-        offset = -1 if base < 0 else base + self._index
-        return _metadata(b.tp.topic, b.tp.partition, offset, ts if ts >= 0 else b.timestamp(self._index))
+        tp = b.tp
+        if ts < 0:
+            ts = b.timestamp(self._index) if b.mixed_ts else b.first_ts
+        return _metadata(tp.topic, tp.partition, -1 if base < 0 else base + self._index, ts)
 
     def exception(self) -> KafkaError | None:
         outcome = self._batch.outcome

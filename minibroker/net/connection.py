@@ -78,6 +78,8 @@ class Connection:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
         self._decoder = FrameDecoder(max_frame_bytes)
+        self._max_frame_bytes = max_frame_bytes
+        self._whole_frames = True           # Invariant: the decoder holds no partial frame
         self._packer = msgpack.Packer(use_bin_type=True)     # encode_frame's packer, made once
         # (api, body entries) -> the map's header and its header entries up to the "id" key, encoded
         self._heads: dict[tuple[int, int], bytes] = {}
@@ -218,15 +220,15 @@ class Connection:
 
     def _on_data(self, data: bytes) -> None:
         self.received_any = True
-        decoder = self._decoder
         try:
-            if len(data) > 4 and int.from_bytes(data[:4], "big") == len(data) - 4 <= decoder.max_frame_bytes \
-                    and not decoder.buffered:           # the usual read, one whole frame: nothing to buffer
-                body = data[4:]
+            n = len(data) - 4
+            if self._whole_frames and n > 0 and int.from_bytes(data[:4], "big") == n <= self._max_frame_bytes:
+                body = data[4:]                       # the usual read, one whole frame: nothing to buffer
                 msg = decode_map(body)
                 messages = [decode_body(body) if msg is None else msg]
             else:
-                messages = decoder.feed(data)
+                messages = self._decoder.feed(data)
+                self._whole_frames = not self._decoder.buffered
         except FramingError as exc:
             self._fail_all(f"bad frame from server: {exc}")
             if self._transport is not None:

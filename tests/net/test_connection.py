@@ -159,3 +159,17 @@ async def test_requests_carry_the_header_and_body_as_one_msgpack_map(server):
                    "records": b"\x00\x01"}
     assert msgpack.packb(msg, use_bin_type=True)       # bytes stayed bytes (bin type)
     c.close()
+
+
+async def test_answers_split_across_reads_or_sharing_one_are_all_delivered():
+    c = Connection("h", 1, "t", 1 << 20)
+    got, cb = collector()
+    for cid in (1, 2, 3):
+        c._track(cid, 30_000, None, cb)
+    frames = [encode_frame({"id": cid, "n": cid}) for cid in (1, 2, 3)]
+    c._on_data(frames[0][:3])                       # not even a whole length
+    c._on_data(frames[0][3:9])
+    c._on_data(frames[0][9:] + frames[1])           # the end of one and a whole other
+    c._on_data(frames[2])                           # whole again
+    assert [r["n"] for r, _ in got] == [1, 2, 3]
+    c._fail_all("done")

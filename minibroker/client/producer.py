@@ -553,7 +553,7 @@ class Producer:
 
     def _on_timer(self) -> None:
         self._timer = None
-        self._pass()
+        self._wakeup()
 
     def _pass(self) -> None:
         """One sender pass, now (scheduled by `_wakeup`, due on the timer, or asked for by a caller

@@ -17,7 +17,7 @@ of the difference of two runs:
 The cluster's startup polls, so its cost varies a little from run to run. For
 steadier counts start one cluster apart and point the driver at it:
 
-    .venv/bin/python bench/client_path.py --serve /tmp/cp &     # prints the bootstrap, runs until killed
+    .venv/bin/python bench/client_path.py --serve /tmp/cp &     # prints the bootstrap; SIGTERM stops it
     valgrind ... bench/client_path.py --bootstrap HOST:PORT --awaited 1500
 
 Run it with PYTHONPATH pointing at another tree to compare two trees.
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import tempfile
 
 from minibroker.bench.produce import produce_batched
@@ -78,7 +79,10 @@ async def main(a: argparse.Namespace) -> None:
             await create_topics(cluster.bootstrap)
             if a.serve:
                 print(cluster.bootstrap, flush=True)
-                await asyncio.Event().wait()
+                stop = asyncio.Event()
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+                await stop.wait()
             await drive(cluster.bootstrap, a)
         finally:
             cluster.destroy()
@@ -91,5 +95,5 @@ if __name__ == "__main__":
     ap.add_argument("--warm", type=int, default=50, help="awaited records sent first (connections, caches)")
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--bootstrap", help="use this running cluster (made by --serve) instead of starting one")
-    ap.add_argument("--serve", metavar="DIR", help="start a cluster in DIR, print its bootstrap, run until killed")
+    ap.add_argument("--serve", metavar="DIR", help="start a cluster in DIR, print its bootstrap, stop on SIGTERM")
     run_async(main(ap.parse_args()))

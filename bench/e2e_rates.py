@@ -14,7 +14,7 @@ deleted after it, so later rates do not compete with the kernel writing earlier 
 --rtt also times every Produce request of the paced producer, from the moment its batches
 are drained to its answer (the acks=all round trip: the leader's append, the followers'
 fetches, the HW move), and prints its p50 / p90 / p99 and the records per request. It does
-so by wrapping the producer's private `_send_request`: an instrument of this script only.
+so by wrapping the producer's private `_write` and `_answered`: an instrument of this script only.
 """
 from __future__ import annotations
 
@@ -38,16 +38,21 @@ def pct(values: list[float], q: float) -> float:
 
 def time_requests(rtts_ms: list[float], records: list[int]) -> None:
     """Record each Produce request's round trip (ms) and record count, for --rtt."""
-    send = Producer._send_request
+    write, answered = Producer._write, Producer._answered
+    sent_at: dict[int, float] = {}          # id of a request's batch list -> when it was written
 
-    async def timed(self: Producer, node: int, batches: list) -> None:
+    def timed_write(self: Producer, node: int, batches: list) -> None:
         records.append(sum(len(b) for b in batches))
-        t0 = time.perf_counter()
-        try:
-            await send(self, node, batches)
-        finally:
+        sent_at[id(batches)] = time.perf_counter()
+        write(self, node, batches)
+
+    def timed_answered(self: Producer, node: int, batches: list, resp: dict | None, error: Exception | None) -> None:
+        t0 = sent_at.pop(id(batches), None)
+        if t0 is not None:
             rtts_ms.append((time.perf_counter() - t0) * 1000)
-    Producer._send_request = timed          # type: ignore[method-assign]
+        answered(self, node, batches, resp, error)      # type: ignore[arg-type]
+    Producer._write = timed_write                   # type: ignore[method-assign]
+    Producer._answered = timed_answered             # type: ignore[method-assign]
 
 
 async def sweep(cluster: LocalCluster, rates: list[float], seconds: float, linger_ms: int,

@@ -30,6 +30,24 @@
  *     RecordFuture (one per record sent), so that making one is a C
  *     allocation and not a Python __init__ call.
  *
+ * SlotsMaker(cls, names)
+ *     A callable that makes an instance of `cls` with its `names` slots (member
+ *     descriptors of `cls`, object slots) set to the arguments, in order, and
+ *     nothing else run: `cls(*values)` for a class whose __init__ only assigns
+ *     those slots (the producer's RecordMetadata, a frozen dataclass whose
+ *     __init__ assigns through object.__setattr__, one per awaited record).
+ *     Its Python twin is `cls` itself.
+ *
+ * decode_map(data) -> dict | None
+ *     The msgpack map `data` holds, exactly as msgpack.unpackb(data, raw=False,
+ *     strict_map_key=True, use_list=True) decodes it, or None wherever that
+ *     call would fail or holds what is not decoded here (extension types,
+ *     nesting deeper than 64, a top level that is not a map): the caller then
+ *     asks msgpack, which decodes it or names the error. Short ASCII strings
+ *     (map keys, topic names) come from a small cache of the str objects made
+ *     before, so a response's keys are not made, hashed and interned anew each
+ *     time. Its Python twin is `lambda data: None`.
+ *
  * msgpack_objects(data, limit) -> int
  *     How many msgpack objects the one object encoded at the start of `data`
  *     holds (itself, and every element, key and value inside it), counted
@@ -498,6 +516,112 @@ static PyTypeObject RecordRefType = {
     .tp_new = ref_new,
 };
 
+/* ---------------------------------------------------------------- SlotsMaker */
+
+#define MAKER_MAX_SLOTS 16
+
+typedef struct {
+    PyObject_HEAD
+    PyTypeObject *cls;
+    Py_ssize_t n;
+    Py_ssize_t offsets[MAKER_MAX_SLOTS];
+    vectorcallfunc vectorcall;
+} SlotsMaker;
+
+static PyObject *maker_call(SlotsMaker *mk, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != mk->n || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
+        PyErr_Format(PyExc_TypeError, "%s maker takes %zd positional arguments", mk->cls->tp_name, mk->n);
+        return NULL;
+    }
+    PyObject *obj = mk->cls->tp_alloc(mk->cls, 0);
+    if (obj == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        *(PyObject **)((char *)obj + mk->offsets[i]) = Py_NewRef(args[i]);
+    return obj;
+}
+
+static PyObject *maker_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *cls, *names;
+    if (kwds != NULL && PyDict_GET_SIZE(kwds) != 0) {
+        PyErr_SetString(PyExc_TypeError, "SlotsMaker(cls, names) takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O!O!:SlotsMaker", &PyType_Type, &cls, &PyTuple_Type, &names))
+        return NULL;
+    PyTypeObject *tp = (PyTypeObject *)cls;
+    Py_ssize_t n = PyTuple_GET_SIZE(names);
+    if (n > MAKER_MAX_SLOTS || tp->tp_alloc != PyType_GenericAlloc
+            || tp->tp_new != PyBaseObject_Type.tp_new || tp->tp_itemsize != 0) {
+        PyErr_Format(PyExc_TypeError, "SlotsMaker: %s is not a plain class with at most %d slots",
+                     tp->tp_name, MAKER_MAX_SLOTS);
+        return NULL;
+    }
+    SlotsMaker *mk = (SlotsMaker *)type->tp_alloc(type, 0);
+    if (mk == NULL)
+        return NULL;
+    mk->cls = (PyTypeObject *)Py_NewRef(cls);
+    mk->n = n;
+    mk->vectorcall = (vectorcallfunc)maker_call;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *d = PyObject_GetAttr(cls, PyTuple_GET_ITEM(names, i));
+        if (d == NULL) {
+            Py_DECREF(mk);
+            return NULL;
+        }
+        int ok = Py_IS_TYPE(d, &PyMemberDescr_Type)
+            && PyType_IsSubtype(tp, PyDescr_TYPE(d))
+            && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX
+            && !(((PyMemberDescrObject *)d)->d_member->flags & READONLY);
+        if (ok)
+            mk->offsets[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+        Py_DECREF(d);
+        if (!ok) {
+            PyErr_Format(PyExc_TypeError, "SlotsMaker: %R is not an object slot of %s",
+                         PyTuple_GET_ITEM(names, i), tp->tp_name);
+            Py_DECREF(mk);
+            return NULL;
+        }
+    }
+    return (PyObject *)mk;
+}
+
+static int maker_traverse(SlotsMaker *mk, visitproc visit, void *arg)
+{
+    Py_VISIT(mk->cls);
+    return 0;
+}
+
+static int maker_clear(SlotsMaker *mk)
+{
+    Py_CLEAR(mk->cls);
+    return 0;
+}
+
+static void maker_dealloc(SlotsMaker *mk)
+{
+    PyObject_GC_UnTrack(mk);
+    maker_clear(mk);
+    Py_TYPE(mk)->tp_free((PyObject *)mk);
+}
+
+static PyTypeObject SlotsMakerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "minibroker._speedups.SlotsMaker",
+    .tp_basicsize = sizeof(SlotsMaker),
+    .tp_dealloc = (destructor)maker_dealloc,
+    .tp_vectorcall_offset = offsetof(SlotsMaker, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "SlotsMaker(cls, names): makes cls instances with those slots set to its arguments.",
+    .tp_traverse = (traverseproc)maker_traverse,
+    .tp_clear = (inquiry)maker_clear,
+    .tp_new = maker_new,
+};
+
 /* ---------------------------------------------------------------- msgpack_objects */
 
 static int be_len(const unsigned char *p, int n, Py_ssize_t *out)
@@ -937,11 +1061,214 @@ fail:
     return NULL;
 }
 
+/* ---------------------------------------------------------------- decode_map */
+
+#define DM_MAX_DEPTH 64
+#define DM_CACHE_SLOTS 512
+#define DM_CACHE_MAX_LEN 40
+
+/* Short ASCII strings made before, by a hash of their bytes: a slot holds one
+ * str (a reference) or NULL; a miss replaces it. Only ever read with the GIL. */
+static PyObject *dm_cache[DM_CACHE_SLOTS];
+
+typedef struct {
+    const unsigned char *p;
+    const unsigned char *end;
+} DmReader;
+
+static PyObject *dm_str(const unsigned char *p, Py_ssize_t n)
+{
+    if (n == 0 || n > DM_CACHE_MAX_LEN)
+        return PyUnicode_DecodeUTF8((const char *)p, n, NULL);
+    uint32_t h = 2166136261u;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (p[i] & 0x80)
+            return PyUnicode_DecodeUTF8((const char *)p, n, NULL);
+        h = (h ^ p[i]) * 16777619u;
+    }
+    PyObject **slot = &dm_cache[h % DM_CACHE_SLOTS];
+    PyObject *s = *slot;
+    if (s != NULL && PyUnicode_GET_LENGTH(s) == n && memcmp(PyUnicode_DATA(s), p, (size_t)n) == 0)
+        return Py_NewRef(s);
+    s = PyUnicode_DecodeUTF8((const char *)p, n, NULL);     /* ASCII: a compact str of its bytes */
+    if (s == NULL)
+        return NULL;
+    Py_XSETREF(*slot, Py_NewRef(s));
+    return s;
+}
+
+/* Reads `width` big-endian bytes; -1 when there are not that many left. */
+static int dm_uint(DmReader *r, int width, uint64_t *out)
+{
+    if (r->end - r->p < width)
+        return -1;
+    uint64_t v = 0;
+    for (int i = 0; i < width; i++)
+        v = (v << 8) | r->p[i];
+    r->p += width;
+    *out = v;
+    return 0;
+}
+
+/* One object, or NULL: with an exception set on a real error (memory, bad UTF-8), without
+ * one where msgpack must decide (unsupported or malformed input); both make the caller
+ * answer None. */
+static PyObject *dm_object(DmReader *r, int depth);
+
+static PyObject *dm_container(DmReader *r, int depth, uint64_t n, int is_map)
+{
+    if (depth >= DM_MAX_DEPTH || n > (uint64_t)(r->end - r->p))   /* each item takes a byte at least */
+        return NULL;
+    if (!is_map) {
+        PyObject *list = PyList_New((Py_ssize_t)n);
+        if (list == NULL)
+            return NULL;
+        for (uint64_t i = 0; i < n; i++) {
+            PyObject *item = dm_object(r, depth + 1);
+            if (item == NULL) {
+                Py_DECREF(list);
+                return NULL;
+            }
+            PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+        }
+        return list;
+    }
+    PyObject *dict = PyDict_New();
+    if (dict == NULL)
+        return NULL;
+    for (uint64_t i = 0; i < n; i++) {
+        PyObject *key = dm_object(r, depth + 1);
+        if (key == NULL) {
+            Py_DECREF(dict);
+            return NULL;
+        }
+        if (!PyUnicode_CheckExact(key) && !PyBytes_CheckExact(key)) {      /* strict_map_key */
+            Py_DECREF(key);
+            Py_DECREF(dict);
+            return NULL;
+        }
+        PyObject *value = dm_object(r, depth + 1);
+        if (value == NULL || PyDict_SetItem(dict, key, value) < 0) {
+            Py_DECREF(key);
+            Py_XDECREF(value);
+            Py_DECREF(dict);
+            return NULL;
+        }
+        Py_DECREF(key);
+        Py_DECREF(value);
+    }
+    return dict;
+}
+
+static PyObject *dm_object(DmReader *r, int depth)
+{
+    if (r->p >= r->end)
+        return NULL;
+    unsigned int b = *r->p++;
+    uint64_t v;
+    if (b <= 0x7f)
+        return PyLong_FromLong((long)b);
+    if (b >= 0xe0)
+        return PyLong_FromLong((long)(signed char)b);
+    if (b <= 0x8f)
+        return dm_container(r, depth, b & 0x0f, 1);
+    if (b <= 0x9f)
+        return dm_container(r, depth, b & 0x0f, 0);
+    if (b <= 0xbf) {
+        v = b & 0x1f;
+        goto str;
+    }
+    switch (b) {
+    case 0xc0: Py_RETURN_NONE;
+    case 0xc2: Py_RETURN_FALSE;
+    case 0xc3: Py_RETURN_TRUE;
+    case 0xc4: case 0xc5: case 0xc6: {
+        if (dm_uint(r, 1 << (b - 0xc4), &v) < 0 || v > (uint64_t)(r->end - r->p))
+            return NULL;
+        PyObject *bin = PyBytes_FromStringAndSize((const char *)r->p, (Py_ssize_t)v);
+        r->p += v;
+        return bin;
+    }
+    case 0xca: {
+        if (dm_uint(r, 4, &v) < 0)
+            return NULL;
+        uint32_t u = (uint32_t)v;
+        float f;
+        memcpy(&f, &u, 4);
+        return PyFloat_FromDouble((double)f);
+    }
+    case 0xcb: {
+        if (dm_uint(r, 8, &v) < 0)
+            return NULL;
+        double d;
+        memcpy(&d, &v, 8);
+        return PyFloat_FromDouble(d);
+    }
+    case 0xcc: case 0xcd: case 0xce: case 0xcf:
+        if (dm_uint(r, 1 << (b - 0xcc), &v) < 0)
+            return NULL;
+        return PyLong_FromUnsignedLongLong(v);
+    case 0xd0: case 0xd1: case 0xd2: case 0xd3: {
+        int width = 1 << (b - 0xd0);
+        if (dm_uint(r, width, &v) < 0)
+            return NULL;
+        int shift = 64 - 8 * width;                  /* sign-extend from `width` bytes */
+        return PyLong_FromLongLong((long long)(v << shift) >> shift);
+    }
+    case 0xd9: case 0xda: case 0xdb:
+        if (dm_uint(r, 1 << (b - 0xd9), &v) < 0)
+            return NULL;
+        goto str;
+    case 0xdc: case 0xdd:
+        if (dm_uint(r, 2 << (b - 0xdc), &v) < 0)
+            return NULL;
+        return dm_container(r, depth, v, 0);
+    case 0xde: case 0xdf:
+        if (dm_uint(r, 2 << (b - 0xde), &v) < 0)
+            return NULL;
+        return dm_container(r, depth, v, 1);
+    default:                                     /* 0xc1 (never used) and the extension types */
+        return NULL;
+    }
+str:
+    if (v > (uint64_t)(r->end - r->p))
+        return NULL;
+    {
+        PyObject *s = dm_str(r->p, (Py_ssize_t)v);
+        r->p += v;
+        return s;
+    }
+}
+
+static PyObject *decode_map(PyObject *self, PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) != 0)
+        return NULL;
+    DmReader r = {(const unsigned char *)view.buf, (const unsigned char *)view.buf + view.len};
+    PyObject *out = NULL;
+    if (view.len > 0 && ((r.p[0] & 0xf0) == 0x80 || r.p[0] == 0xde || r.p[0] == 0xdf)) {
+        out = dm_object(&r, 0);
+        if (out != NULL && r.p != r.end)              /* trailing bytes: msgpack's ExtraData */
+            Py_CLEAR(out);
+    }
+    PyBuffer_Release(&view);
+    if (out == NULL) {
+        if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_ValueError))   /* UnicodeDecodeError is one */
+            return NULL;
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    return out;
+}
+
 /* ---------------------------------------------------------------- module */
 
 static PyMethodDef methods[] = {
     {"wall_ms", wall_ms, METH_NOARGS, "Wall-clock milliseconds since the epoch."},
     {"murmur2", murmur2, METH_O, "Kafka's murmur2 hash of a bytes-like object (signed 32-bit)."},
+    {"decode_map", decode_map, METH_O,
+     "The msgpack map data holds, as msgpack.unpackb decodes it; None where msgpack must decide."},
     {"msgpack_objects", (PyCFunction)(void (*)(void))msgpack_objects, METH_FASTCALL,
      "The msgpack objects in the object at the start of data, up to limit + 1 (-1: incomplete)."},
     {"check", (PyCFunction)(void (*)(void))check, METH_FASTCALL,
@@ -961,7 +1288,8 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__speedups(void)
 {
-    if (PyType_Ready(&RecordsWriterType) < 0 || PyType_Ready(&RecordRefType) < 0)
+    if (PyType_Ready(&RecordsWriterType) < 0 || PyType_Ready(&RecordRefType) < 0
+            || PyType_Ready(&SlotsMakerType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
@@ -980,6 +1308,10 @@ PyMODINIT_FUNC PyInit__speedups(void)
     Py_INCREF(&RecordRefType);
     if (PyModule_AddObject(m, "RecordRef", (PyObject *)&RecordRefType) < 0) {
         Py_DECREF(&RecordRefType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (PyModule_AddObjectRef(m, "SlotsMaker", (PyObject *)&SlotsMakerType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

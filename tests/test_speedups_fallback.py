@@ -18,8 +18,13 @@ assert isinstance(b, DefaultRecordBatchBuilder)
 b.append(0, 5, b"k", b"v", [("h", b"1")])
 (rec,) = records.iter_records(bytes(b.build()))
 assert (rec.key, rec.value, rec.timestamp) == (b"k", b"v", 5)
+from minibroker.client import producer
+from minibroker.client.types import RecordMetadata
+assert producer._metadata is RecordMetadata
 f = RecordFuture("batch", 3)
 assert (f._batch, f._index) == ("batch", 3)
+from minibroker.net import connection
+assert connection.decode_map(b"\x80") is None
 from minibroker.protocol import framing
 assert framing.msgpack_objects is framing.msgpack_objects_py
 assert framing.response_entries is framing._response_entries

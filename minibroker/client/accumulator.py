@@ -5,8 +5,8 @@ Owns: a queue of open and closed batches per partition, the bytes they hold
 `batch.size` reached, a flush or close asked for, memory exhausted, a
 retry's back-off over) and the draining of ready batches into per-broker
 requests. Pure: every method takes `now_ms`; the driver (producer.py) owns
-the clock, the sockets and the futures, which it attaches to each batch
-through the `new_waiter` factory.
+the clock, the sockets and the futures, which it keeps in each batch's
+`waiter`, `parked` and `outcome` (or attaches through the `new_waiter` factory).
 
 Must not know how batches are encoded or sent, nor what a broker answered
 beyond "retry this batch" (`reenqueue`) or "done" (`release`): each batch
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 from collections.abc import Callable
 
@@ -77,7 +76,7 @@ class ProducerBatch:
 
     __slots__ = ("tp", "builder", "count", "first_ts", "max_ts", "size", "max_size", "created_ms", "retry_at_ms",
                  "attempts", "closed", "waiter", "last_error", "mixed_ts", "_encoded", "_decode", "_decoded",
-                 "producer_id", "producer_epoch", "base_seq")
+                 "producer_id", "producer_epoch", "base_seq", "parked", "outcome")
 
     def __init__(self, tp: TopicPartition, max_size: int, created_ms: int, waiter: Any,
                  builder: Builder | None = None, decode: Decoder | None = None) -> None:
@@ -95,6 +94,9 @@ class ProducerBatch:
         self.attempts = 0
         self.closed = False
         self.waiter = waiter
+        # The driver's, beside `waiter`: what it wakes when the batch is done, and how it ended.
+        self.parked: list[Any] | None = None
+        self.outcome: Any = None
         self.last_error = 0
         # Idempotence: set once, before the first send (`set_producer_state`), kept by every retry.
         self.producer_id = -1
@@ -171,25 +173,26 @@ class AppendResult(NamedTuple):
     batch_full: bool       # the batch that took the record is full: the sender may go now
 
 
-@dataclass(frozen=True)
-class ReadyCheck:
+class ReadyCheck(NamedTuple):           # a NamedTuple: made on every sender pass
     nodes: frozenset[int]
     next_delay_ms: int                     # when to look again if nothing else happens
     unknown_leader_topics: frozenset[str]
 
 
 NO_DELAY_BOUND = 2**31
+_NOTHING_READY = ReadyCheck(frozenset(), NO_DELAY_BOUND, frozenset())
 
 _DEFAULT_BACKOFF = Backoff()      # frozen, so one shared default instance is safe
 
 
 class RecordAccumulator:
-    """Invariant: `buffered_bytes` is the sum of `size` over every batch
-    appended to and not yet released (queued or in flight)."""
+    """Invariants: `buffered_bytes` is the sum of `size` over every batch
+    appended to and not yet released (queued or in flight); `queued_count` is the
+    number of batches in the queues (`has_queued` without looking)."""
 
     def __init__(self, *, batch_size: int = 16384, linger_ms: int = 5, buffer_memory: int = 33_554_432,
                  delivery_timeout_ms: int = 120_000, backoff: Backoff = _DEFAULT_BACKOFF,
-                 new_waiter: Callable[[], Any] = lambda: None,
+                 new_waiter: Callable[[], Any] | None = None,
                  new_builder: Callable[[], Builder] | None = None, decode: Decoder | None = None,
                  rand: Callable[[], float] = random.random) -> None:
         self.batch_size = batch_size
@@ -209,6 +212,7 @@ class RecordAccumulator:
         self.open_batches: dict[TopicPartition, ProducerBatch] = {}
         self._muted: set[TopicPartition] = set()
         self._drain_index = 0
+        self.queued_count = 0
         self.buffered_bytes = 0
         self.flushing = 0          # Invariant: > 0 while some flush() waits; makes every batch ready
         self.closing = False
@@ -238,12 +242,14 @@ class RecordAccumulator:
         q = self._queues.get(tp)
         if q is None:
             q = self._queues[tp] = deque()
-        batch = ProducerBatch(tp, self.batch_size, now_ms, self.new_waiter(), self.new_builder(), self.decode)
+        batch = ProducerBatch(tp, self.batch_size, now_ms, None if self.new_waiter is None else self.new_waiter(),
+                              self.new_builder(), self.decode)
         batch.try_append(key, value, timestamp_ms, headers, size)
         self.buffered_bytes += batch.size
         q.append(batch)
+        self.queued_count += 1
         self.open_batches[tp] = batch
-        return (batch, 0, True, batch.full)
+        return (batch, 0, True, batch.size >= batch.max_size)
 
     def has_room(self, tp: TopicPartition, size: int) -> bool:
         """Whether the partition's open batch would take a record of `size` bytes."""
@@ -259,6 +265,8 @@ class RecordAccumulator:
 
     def ready(self, now_ms: int, leader_of: LeaderOf) -> ReadyCheck:
         """Which brokers have at least one sendable batch, and when to check again."""
+        if not self.queued_count:
+            return _NOTHING_READY
         nodes: set[int] = set()
         unknown: set[str] = set()
         next_delay = NO_DELAY_BOUND
@@ -288,11 +296,11 @@ class RecordAccumulator:
               max_request_size: int) -> dict[int, list[ProducerBatch]]:
         """Take at most one ready batch per partition for each of `nodes`, up to
         `max_request_size` per request (the first batch always goes)."""
+        if not self.queued_count:
+            return {}
         out: dict[int, list[ProducerBatch]] = {n: [] for n in nodes}
         sizes: dict[int, int] = {n: 0 for n in nodes}
         tps = list(self._queues)
-        if not tps:
-            return {}
         start = self._drain_index % len(tps)
         self._drain_index += 1
         for i in range(len(tps)):
@@ -309,16 +317,40 @@ class RecordAccumulator:
             if out[leader] and sizes[leader] + head.size > max_request_size:
                 continue
             q.popleft()
+            self.queued_count -= 1
             self._close(head)
             head.attempts += 1
             sizes[leader] += head.size
             out[leader].append(head)
         return {n: bs for n, bs in out.items() if bs}
 
+    def sendable_alone(self, batch: ProducerBatch, now_ms: int) -> bool:
+        """Whether `batch` is the only batch queued and `ready` would find it sendable now (its
+        partition not muted, not expired, past its linger or full or forced): then a sender pass
+        would drain it alone (`take`), once its leader has a free, connected request slot."""
+        if self.queued_count != 1 or self.open_batches.get(batch.tp) is not batch or batch.tp in self._muted:
+            return False
+        if now_ms - batch.created_ms >= self.delivery_timeout_ms:
+            return False
+        return (batch.created_ms + self.linger_ms <= now_ms or batch.size >= batch.max_size or self.flushing > 0
+                or self.closing or self.memory_waiters > 0)
+
+    def take(self, batch: ProducerBatch) -> None:
+        """`drain` of the one batch `sendable_alone` allowed."""
+        tp = batch.tp
+        if self._queues[tp].popleft() is not batch:
+            raise AssertionError(f"{batch} was not the head of its queue")
+        self.queued_count -= 1
+        self._drain_index += 1
+        batch.closed = True
+        del self.open_batches[tp]             # sendable_alone: it was the partition's open batch
+        batch.attempts += 1
+
     def reenqueue(self, batch: ProducerBatch, now_ms: int) -> None:
         """A sent batch failed retriably: back to the front of its queue, after a back-off."""
         batch.retry_at_ms = now_ms + self.backoff.delay_ms(batch.attempts - 1, self.rand())
         q = self._queues.setdefault(batch.tp, deque())
+        self.queued_count += 1
         if batch.base_seq >= 0:
             # Idempotence: retried batches go back in sequence order (Kafka's insertInSequenceOrder),
             # ahead of batches not sent yet.
@@ -336,9 +368,12 @@ class RecordAccumulator:
     def expired(self, now_ms: int) -> list[ProducerBatch]:
         """Queued batches whose `delivery.timeout.ms` has passed; removed from the queues."""
         out: list[ProducerBatch] = []
+        if not self.queued_count:
+            return out
         for q in self._queues.values():
             while q and now_ms - q[0].created_ms >= self.delivery_timeout_ms:
                 b = q.popleft()
+                self.queued_count -= 1
                 self._close(b)
                 out.append(b)
         return out
@@ -349,6 +384,7 @@ class RecordAccumulator:
         for b in out:
             b.closed = True
         self._queues.clear()
+        self.queued_count = 0
         self.open_batches.clear()
         return out
 
@@ -367,7 +403,7 @@ class RecordAccumulator:
         return [b for q in self._queues.values() for b in q]
 
     def has_queued(self) -> bool:
-        return any(self._queues.values())
+        return self.queued_count > 0
 
     def queued_batches(self, tp: TopicPartition) -> int:
         return len(self._queues.get(tp, ()))

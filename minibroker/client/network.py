@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from functools import partial
 from typing import Any
 from collections.abc import Callable
 
@@ -26,7 +27,7 @@ from minibroker.client.metadata import MetadataCache
 from minibroker.client.retry import Backoff
 from minibroker.config import Config
 from minibroker.errors import ErrorCode, KafkaError
-from minibroker.net.connection import Connection, check
+from minibroker.net.connection import Body, Callback, Connection, check
 from minibroker.net.tls import client_context, plaintext_to_tls, speaks_tls
 from minibroker.protocol.api import ApiKey
 
@@ -122,6 +123,14 @@ class ClientNetwork:
         fut.set_result(conn)
         return conn
 
+    def connected(self, node_id: int, channel: str = "data") -> bool:
+        """Whether a request to `node_id` would be written at once on a live connection."""
+        node = self.cache.brokers.get(node_id)
+        if node is None or self.closed:
+            return False
+        conn = self._conns.get((node.host, node.port, channel))
+        return conn is not None and not conn.closed
+
     def ready_delay_ms(self, node_id: int, wake: Callable[[], None], channel: str = "data") -> int:
         """Kafka's NetworkClient.ready and connectionDelay in one, asked by the producer's sender
         before it drains batches for `node_id`: 0 when a request would be written at once (a live
@@ -166,7 +175,7 @@ class ClientNetwork:
         if self._conns.get(key) is conn:
             del self._conns[key]
 
-    async def request_address(self, address: Address, api: ApiKey, body: dict[str, Any], *,
+    async def request_address(self, address: Address, api: ApiKey | int, body: Body, *,
                               channel: str = "data", timeout_ms: int | None = None) -> dict[str, Any]:
         conn = await self.connection(address, channel)
         try:
@@ -178,7 +187,7 @@ class ClientNetwork:
                 raise plaintext_to_tls(address[0], address[1]) from None
             raise
 
-    async def request(self, node_id: int, api: ApiKey, body: dict[str, Any], *,
+    async def request(self, node_id: int, api: ApiKey | int, body: Body, *,
                       channel: str = "data", timeout_ms: int | None = None) -> dict[str, Any]:
         """One request to one broker; a transport failure also asks for a metadata refresh."""
         try:
@@ -188,7 +197,51 @@ class ClientNetwork:
             self.request_update()
             raise
 
-    async def send_no_response(self, node_id: int, api: ApiKey, body: dict[str, Any]) -> None:
+    def send_request(self, node_id: int, api: ApiKey | int, body: Body, on_done: Callback, *,
+                     channel: str = "data", timeout_ms: int | None = None) -> None:
+        """`request` for a caller that takes the answer in a callback (the producer's sender).
+        Written at once on a live connection: `on_done(response, None)` then runs in the read
+        callback that decodes the answer. Failures (handled as `request` handles them: the
+        connection dropped, a metadata refresh asked for) reach `on_done(None, error)` in a
+        later loop turn; so does everything when there is no live connection yet."""
+        node = self.cache.brokers.get(node_id)
+        conn = None if node is None or self.closed else self._conns.get((node.host, node.port, channel))
+        if conn is None or conn.closed:
+            asyncio.ensure_future(self._request_to_callback(node_id, api, body, on_done, channel, timeout_ms))
+            return
+        conn.send_request(api, body, partial(self._answered, conn, channel, on_done),
+                          timeout_ms=timeout_ms or self.request_timeout_ms)
+
+    def _answered(self, conn: Connection, channel: str, on_done: Callback,
+                  resp: dict[str, Any] | None, error: KafkaError | None) -> None:
+        """A `send_request` answer or failure arrived from `conn`."""
+        if error is None:
+            on_done(resp, None)
+            return
+        self._drop(conn, channel)
+        if self.ssl_context is None and error.code == ErrorCode.NETWORK_EXCEPTION and not conn.received_any:
+            asyncio.ensure_future(self._tls_check_then(conn, error, on_done))
+            return
+        self.request_update()
+        on_done(None, error)
+
+    async def _tls_check_then(self, conn: Connection, error: KafkaError, on_done: Callback) -> None:
+        """A connection closed before its first byte: the broker may speak TLS (as `request_address`)."""
+        if await speaks_tls(conn.host, conn.port, self.connect_timeout_s):
+            error = plaintext_to_tls(conn.host, conn.port)
+        self.request_update()
+        on_done(None, error)
+
+    async def _request_to_callback(self, node_id: int, api: ApiKey | int, body: Body, on_done: Callback,
+                                   channel: str, timeout_ms: int | None) -> None:
+        try:
+            resp = await self.request(node_id, api, body, channel=channel, timeout_ms=timeout_ms)
+        except KafkaError as exc:
+            on_done(None, exc)
+            return
+        on_done(resp, None)
+
+    async def send_no_response(self, node_id: int, api: ApiKey, body: Body) -> None:
         conn = await self.connection(self.address_of(node_id), "data")
         try:
             conn.send_no_response(api, body)

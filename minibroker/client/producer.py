@@ -1,12 +1,21 @@
 """The producer: batching, acks, retries with back-off, a future per record.
 
-Owns: the sender task that drains the accumulator into Produce requests
-(one per broker, at most `max.in.flight.requests.per.connection` in flight
-to each), the per-batch futures, and the reactions to Produce results:
+Owns: the sender that drains the accumulator into Produce requests (one
+per broker, at most `max.in.flight.requests.per.connection` in flight to
+each), the per-batch futures, and the reactions to Produce results:
 retriable errors go back to the accumulator after a back-off (and a
 metadata refresh for the NOT_LEADER_OR_FOLLOWER family) until `retries` or
 `delivery.timeout.ms` run out; other errors fail the batch's records.
 Batching decisions live in accumulator.py, retry decisions in retry.py.
+
+The sender is Kafka's Sender.runOnce as loop callbacks rather than a task
+to wake: a pass (expire, find ready brokers, drain, write) is scheduled for
+the next loop turn when something may have become sendable (a new or full
+batch, a freed request slot, a retry, a connection), runs when a linger,
+back-off or expiry it computed comes due, and runs at once when a caller is
+about to wait for a record (send_and_wait, flush). Answers are handled in
+the read callback that decodes them (Connection.send_request): the batch is
+completed and a task awaiting one of its records is woken directly.
 
 Idempotence (`enable.idempotence=true`, the default as in Kafka >= 3.0,
 KIP-98/KIP-679): the producer gets a producer id from InitProducerId before
@@ -39,22 +48,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
+
+import msgpack
 from typing import Any
 from collections.abc import Callable, Iterable, Mapping
 
+from functools import partial
+
 from minibroker.aio import wait_event
 from minibroker import clock
-from minibroker.client.accumulator import (NO_HEADERS, RECORD_OVERHEAD, BufferFull, ProducerBatch, RecordAccumulator,
-                                           record_size)
+from minibroker.client.accumulator import (NO_DELAY_BOUND, NO_HEADERS, RECORD_OVERHEAD, BufferFull, ProducerBatch,
+                                           RecordAccumulator, record_size)
 from minibroker.client.config import PRODUCER_DEFAULTS, client_config, parse_acks
 from minibroker.config import ConfigError
 from minibroker.client.network import ClientNetwork
+from minibroker.net.connection import Body, EncodedBody
 from minibroker.client.partitioner import StickyPartitioner, partition_for_key
 from minibroker.client.retry import Backoff, decide_retry
 from minibroker.client.types import RecordMetadata, TopicPartition
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.protocol.api import ApiKey
-from minibroker.codec import codec_id
+from minibroker.codec import NONE as NO_COMPRESSION, codec_id
+from minibroker import records
 from minibroker.records import decode_rows, header_list, new_builder
 
 
@@ -62,7 +77,39 @@ def encode(batch: ProducerBatch) -> bytes:
     """The batch's records as one Kafka v2 record batch (built once, kept for retries)."""
     return batch.encoded()
 
+
+def _bin_header(n: int) -> bytes:
+    """msgpack's header for `n` bytes of binary data (bin 8, 16 or 32)."""
+    if n < 0x100:
+        return bytes((0xC4, n))
+    if n < 0x10000:
+        return b"\xc5" + n.to_bytes(2, "big")
+    return b"\xc6" + n.to_bytes(4, "big")
+
+
+class ProduceEncoder:
+    """A Produce body of one batch in msgpack, from pieces encoded once: the same bytes as
+    packing {"acks", "timeout_ms", "topics": [{"topic", "partitions": [{"partition", "records"}]}]}.
+    Invariant: `_heads[tp]` encodes the topics list of `tp` up to its "records" key."""
+
+    def __init__(self, acks: int, timeout_ms: int) -> None:
+        self._packer = msgpack.Packer(use_bin_type=True)
+        pack = self._packer.pack
+        self._head = b"".join(map(pack, ("acks", acks, "timeout_ms", timeout_ms, "topics")))
+        self._heads: dict[TopicPartition, bytes] = {}
+
+    def body(self, tp: TopicPartition, records: bytes) -> EncodedBody:
+        head = self._heads.get(tp)
+        if head is None:
+            p = self._packer
+            head = self._heads[tp] = b"".join((
+                p.pack_array_header(1), p.pack_map_header(2), p.pack("topic"), p.pack(tp.topic), p.pack("partitions"),
+                p.pack_array_header(1), p.pack_map_header(2), p.pack("partition"), p.pack(tp.partition),
+                p.pack("records")))
+        return 3, (self._head, head, _bin_header(len(records)), records)
+
 log = logging.getLogger("minibroker.producer")
+_PRODUCE = int(ApiKey.PRODUCE)        # a plain int: an IntEnum member hashes and converts through Python code
 
 
 def now_ms() -> int:
@@ -82,38 +129,80 @@ except ImportError:  # pragma: no cover - the C extension was not built
             self._index = index
 
 
+try:    # a RecordMetadata per awaited record, made in C: the frozen dataclass's __init__ costs 4 object.__setattr__
+    from minibroker._speedups import SlotsMaker
+    _metadata: Callable[[str, int, int, int], RecordMetadata] = SlotsMaker(
+        RecordMetadata, ("topic", "partition", "offset", "timestamp"))
+except ImportError:  # pragma: no cover - the C extension was not built
+    _metadata = RecordMetadata
+
+
+def _builder_factory(compression: int) -> Callable[[], Any]:
+    """What makes a batch's builder: records.new_builder(compression), or for uncompressed batches
+    the C builder's class itself where it was built (the same builder, two Python calls less)."""
+    builder_class = getattr(records, "RecordsBuilder", None)
+    if compression == NO_COMPRESSION and builder_class is not None:
+        return builder_class  # type: ignore[no-any-return]
+    return lambda: new_builder(compression)
+
+
+def _park(batch: ProducerBatch, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
+    """A future of the caller's own, set when `batch` is done (Producer._complete)."""
+    fut = loop.create_future()
+    if batch.parked is None:
+        batch.parked = [fut]
+    else:
+        batch.parked.append(fut)
+    return fut
+
+
 class RecordFuture(_RecordRef):
     """The outcome of one sent record; `await` it for `RecordMetadata` or a KafkaError.
 
     Cheap by design (two fields, `_batch` and `_index`): it shares its batch's
-    future and computes its own offset as the batch's base offset plus its index."""
+    outcome, (base offset, error, log append time) once the batch is done, and
+    computes its own offset as the batch's base offset plus its index. Whatever
+    waits for it parks a future of its own on the batch (Producer._complete sets
+    them): cancelling a task awaiting one record leaves the batch alone."""
 
     __slots__ = ()
     _batch: ProducerBatch
 
     def __await__(self):
-        waiter = self._batch.waiter
-        if not waiter.done():
-            # shielded: cancelling one awaiting task must not cancel the batch every record shares
-            yield from asyncio.shield(waiter).__await__()
+        b = self._batch
+        if b.outcome is None:
+            yield from _park(b, asyncio.get_running_loop())
         return self.result()
 
     def done(self) -> bool:
-        return self._batch.waiter.done()
+        return self._batch.outcome is not None
 
     def result(self) -> RecordMetadata:
-        base, error, ts = self._batch.waiter.result()
+        outcome = self._batch.outcome
+        if outcome is None:
+            raise asyncio.InvalidStateError("the record's batch is not done yet")
+        base, error, ts = outcome
         if error is not None:
             raise error
         b = self._batch
-        offset = -1 if base < 0 else base + self._index
-        return RecordMetadata(b.tp.topic, b.tp.partition, offset, ts if ts >= 0 else b.timestamp(self._index))
+        tp = b.tp
+        if ts < 0:
+            ts = b.timestamp(self._index) if b.mixed_ts else b.first_ts
+        return _metadata(tp.topic, tp.partition, -1 if base < 0 else base + self._index, ts)
 
     def exception(self) -> KafkaError | None:
-        return self._batch.waiter.result()[1]
+        outcome = self._batch.outcome
+        if outcome is None:
+            raise asyncio.InvalidStateError("the record's batch is not done yet")
+        return outcome[1]  # type: ignore[no-any-return]
 
     def add_done_callback(self, fn: Callable[[RecordFuture], Any]) -> None:
-        self._batch.waiter.add_done_callback(lambda _f: fn(self))
+        """Call `fn(self)` in a loop turn after the batch is done (now, if it is), as a future does."""
+        if self._batch.outcome is not None:
+            asyncio.get_running_loop().call_soon(fn, self)
+        else:
+            _park(self._batch, asyncio.get_running_loop()).add_done_callback(lambda _f: fn(self))
+
 
     @property
     def topic_partition(self) -> TopicPartition:
@@ -143,6 +232,7 @@ class Producer:
         self._next_seq: dict[TopicPartition, int] = {}
         self._acked_seq: dict[TopicPartition, int] = {}
         self.net = ClientNetwork(self.cfg)
+        self._encoder = ProduceEncoder(self.acks, self.request_timeout_ms)
         self._loop: asyncio.AbstractEventLoop | None = None
         try:
             compression = codec_id(self.cfg.get("compression.type"))
@@ -152,7 +242,7 @@ class Producer:
             batch_size=self.cfg.get_int("batch.size"), linger_ms=self.cfg.get_int("linger.ms"),
             buffer_memory=self.cfg.get_int("buffer.memory"), delivery_timeout_ms=self.delivery_timeout_ms,
             backoff=Backoff(self.cfg.get_int("retry.backoff.ms"), self.cfg.get_int("retry.backoff.max.ms")),
-            new_waiter=self._new_waiter, new_builder=lambda: new_builder(compression), decode=decode_rows)
+            new_builder=_builder_factory(compression), decode=decode_rows)
         self.partitioner = StickyPartitioner()
         self._sticky = self.partitioner.current                # topic -> its unkeyed records' partition now
         self._open = self.acc.open_batches                     # tp -> its open batch (the accumulator's own dict)
@@ -163,9 +253,14 @@ class Producer:
         self._running = False                                  # started and not closed: send's fast check
         self._in_flight: dict[int, int] = {}               # Invariant: requests sent and unanswered per broker
         self._incomplete: set[ProducerBatch] = set()       # drained, not yet done
-        self._wake = asyncio.Event()
         self._space = asyncio.Event()
-        self._sender: asyncio.Task | None = None
+        # The sender. Invariants: _pass_handle is not None iff a pass is scheduled for the next loop turn;
+        # _timer is the one pass a previous pass asked for after a delay; _in_pass while a pass runs;
+        # _pid_task while an InitProducerId is under way (its end schedules a pass).
+        self._pass_handle: asyncio.Handle | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._in_pass = False
+        self._pid_task: asyncio.Task | None = None
         self._started = False
         self._closed = False
         self.on_retry: Callable[[ProducerBatch, KafkaError], None] | None = None   # observability hook
@@ -213,7 +308,7 @@ class Producer:
         if b.base_seq < 0:
             seq = self._next_seq.get(b.tp, 0)
             b.set_producer_state(self._producer_id, self._producer_epoch, seq)
-            self._next_seq[b.tp] = (seq + len(b)) & 0x7FFFFFFF
+            self._next_seq[b.tp] = (seq + b.count) & 0x7FFFFFFF
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -224,7 +319,7 @@ class Producer:
         self._started = True
         self._running = True
         self.net.start()
-        self._sender = asyncio.ensure_future(self._run())
+        self._wakeup()
         return self
 
     async def __aenter__(self) -> Producer:
@@ -237,18 +332,23 @@ class Producer:
         """Send everything buffered now and wait until every sent record is done."""
         self.acc.flushing += 1
         try:
-            self._wake.set()
-            pending = [b.waiter for b in self._incomplete] + self._queued_waiters()
+            self._pass()
+            pending = self._undone()
             while pending:
                 done, _ = await asyncio.wait(pending, timeout=None if timeout_ms is None else timeout_ms / 1000)
                 if not done and timeout_ms is not None:
                     raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"flush did not complete in {timeout_ms} ms")
-                pending = [b.waiter for b in self._incomplete] + self._queued_waiters()
+                pending = self._undone()
         finally:
             self.acc.flushing -= 1
 
-    def _queued_waiters(self) -> list[asyncio.Future]:
-        return [b.waiter for b in self.acc.queued() if not b.waiter.done()]
+    def _undone(self) -> list[asyncio.Future]:
+        """A future per batch sent or queued and not done yet, set when it is (made on demand: flush's)."""
+        undone = list(self._incomplete) + [b for b in self.acc.queued() if b.outcome is None]
+        for b in undone:
+            if b.waiter is None:
+                b.waiter = self._loop.create_future()        # type: ignore[union-attr]
+        return [b.waiter for b in undone]
 
     async def close(self, timeout_ms: int | None = None) -> None:
         """Flush (unless timeout_ms == 0), then stop the sender and close connections."""
@@ -264,10 +364,16 @@ class Producer:
         self.acc.closing = True
         for b in self.acc.abort_all():
             self._complete(b, -1, KafkaError(ErrorCode.NETWORK_EXCEPTION, "producer closed before the batch was sent"))
-        if self._sender is not None:
-            self._sender.cancel()
+        if self._pass_handle is not None:
+            self._pass_handle.cancel()
+            self._pass_handle = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._pid_task is not None:
+            self._pid_task.cancel()
             try:
-                await self._sender
+                await self._pid_task
             except (asyncio.CancelledError, Exception):
                 pass
         for b in list(self._incomplete):
@@ -275,10 +381,6 @@ class Producer:
         await self.net.close()
 
     # -- sending -----------------------------------------------------------------
-
-    def _new_waiter(self) -> asyncio.Future:
-        assert self._loop is not None
-        return self._loop.create_future()
 
     async def partitions_for(self, topic: str, timeout_ms: int | None = None) -> int:
         """The topic's partition count, fetching metadata if needed (up to max.block.ms)."""
@@ -343,14 +445,16 @@ class Producer:
                         b.size = total
                         acc.buffered_bytes += size
                         if total >= b.max_size:
-                            self._wake.set()
+                            self._wakeup()
                         return RecordFuture(b, i)
         return await self._send(topic, value, key, partition, headers, timestamp_ms)
 
     async def _send(self, topic: str, value: bytes | None, key: bytes | None, partition: int | None,
-                    headers: Iterable[tuple[str, bytes | None]] | None, timestamp_ms: int | None) -> RecordFuture:
+                    headers: Iterable[tuple[str, bytes | None]] | None, timestamp_ms: int | None,
+                    wake: bool = True) -> RecordFuture:
         """`send` for every record its one-pass case does not take: a stopped producer,
-        an unknown topic, headers, a timestamp, a new batch, a full buffer."""
+        an unknown topic, headers, a timestamp, a new batch, a full buffer; and send_and_wait's
+        records (`wake` False: it runs the sender's pass itself)."""
         if not self._running:
             await self._ensure_running()
         n = self._nparts.get(topic)
@@ -386,8 +490,8 @@ class Producer:
             except BufferFull:
                 await self._wait_for_space()
                 now = now_ms()
-        if new_batch or full:
-            self._wake.set()
+        if (new_batch or full) and wake:
+            self._wakeup()
         return RecordFuture(batch, index)
 
     async def _ensure_running(self) -> None:
@@ -407,15 +511,21 @@ class Producer:
                 self._nparts[topic] = n
                 self._tps[topic] = [TopicPartition(topic, p) for p in range(n)]
 
-    async def send_and_wait(self, topic: str, value: bytes | None, key: bytes | None = None,
-                            **kw: Any) -> RecordMetadata:
-        fut = await self.send(topic, value, key, **kw)
-        self._wake.set()
-        return await fut
+    async def send_and_wait(self, topic: str, value: bytes | None, key: bytes | None = None, *,
+                            partition: int | None = None, headers: Iterable[tuple[str, bytes | None]] | None = None,
+                            timestamp_ms: int | None = None) -> RecordMetadata:
+        """`await (await send(...))`, with the sender's work done now rather than in a later loop turn:
+        this task waits next. A wake-up for the sender would only ask for the pass `_send_now` runs."""
+        fut = await self._send(topic, value, key, partition, headers, timestamp_ms, False)
+        batch = fut._batch
+        self._send_now(batch)
+        if batch.outcome is None:         # `await fut`, parked on the producer's loop (asking for the running
+            await _park(batch, self._loop)  # type: ignore[arg-type]   # loop costs a getpid syscall)
+        return fut.result()
 
     async def _wait_for_space(self) -> None:
         self.acc.memory_waiters += 1
-        self._wake.set()
+        self._wakeup()
         try:
             self._space.clear()
             if not await wait_event(self._space, self.max_block_ms / 1000):
@@ -426,103 +536,208 @@ class Producer:
         finally:
             self.acc.memory_waiters -= 1
 
-    # -- the sender task -----------------------------------------------------------
+    # -- the sender --------------------------------------------------------------
 
     def _leader_of(self, tp: TopicPartition) -> int | None:
         return self.net.cache.leader_id(tp)
 
-    async def _run(self) -> None:
-        try:
-            while True:
-                now = now_ms()
-                for b in self.acc.expired(now):
-                    self._complete(b, -1, KafkaError(
-                        ErrorCode.REQUEST_TIMED_OUT,
-                        f"expiring {len(b)} record(s) for {b.tp}: {now - b.created_ms} ms has passed since "
-                        f"batch creation (delivery.timeout.ms={self.delivery_timeout_ms})"))
-                ready = self.acc.ready(now, self._leader_of)
-                if ready.unknown_leader_topics:
-                    self.net.want_topics(ready.unknown_leader_topics)
-                    self.net.request_update()
-                delay = ready.next_delay_ms
-                nodes = set()
-                for n in sorted(ready.nodes):
-                    if self._in_flight.get(n, 0) >= self.max_in_flight:
-                        continue
-                    wait = self.net.ready_delay_ms(n, self._wake.set)      # connected, or wait for it
-                    if wait:
-                        delay = min(delay, wait)
-                    else:
-                        nodes.add(n)
-                if nodes and self.idempotent and self._producer_id < 0:
-                    try:
-                        await self._ensure_producer_id()
-                    except KafkaError as exc:
-                        for b in self.acc.abort_all():
-                            self._complete(b, -1, exc)
-                        continue
-                    now = now_ms()
-                if nodes:
-                    for node, batches in self.acc.drain(now, nodes, self._leader_of, self.max_request_size).items():
-                        self._in_flight[node] = self._in_flight.get(node, 0) + 1
-                        for b in batches:
-                            if self.idempotent:
-                                self._sequence(b)
-                            self._incomplete.add(b)
-                            if self.max_in_flight == 1:
-                                self.acc.mute(b.tp)
-                        asyncio.ensure_future(self._send_request(node, batches))
-                    continue
-                if ready.unknown_leader_topics:
-                    delay = min(delay, self.net.cache.refresh_backoff_ms)
-                if self.acc.has_queued():
-                    delay = min(delay, self.delivery_timeout_ms)
-                self._wake.clear()
-                if delay >= 2**31:
-                    await self._wake.wait()
-                else:
-                    await wait_event(self._wake, max(delay, 1) / 1000)
-        except asyncio.CancelledError:
-            raise
-        except Exception:                       # a bug here must not silently stall every send
-            log.exception("producer sender task died")
-            for b in self.acc.abort_all() + list(self._incomplete):
-                self._complete(b, -1, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "producer sender task died"))
-            raise
+    def _wakeup(self) -> None:
+        """Something may have become sendable: a pass in the next loop turn (one, however many ask)."""
+        if self._pass_handle is None and self._started and not self._closed:
+            assert self._loop is not None
+            self._pass_handle = self._loop.call_soon(self._scheduled_pass)
 
-    async def _send_request(self, node: int, batches: list[ProducerBatch]) -> None:
-        by_topic: dict[str, list[dict[str, Any]]] = {}
-        for b in batches:
-            by_topic.setdefault(b.tp.topic, []).append({"partition": b.tp.partition, "records": encode(b)})
-        body = {"acks": self.acks, "timeout_ms": self.request_timeout_ms,
-                "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
-        try:
-            if self.acks == 0:
-                await self.net.send_no_response(node, ApiKey.PRODUCE, body)
-                for b in batches:
-                    self._complete(b, -1, None)
-                return
-            resp = await self.net.request(node, ApiKey.PRODUCE, body,
-                                          timeout_ms=self.request_timeout_ms + 5000)
-        except KafkaError as exc:
-            for b in batches:
-                self._failed(b, exc.code if isinstance(exc.code, int) else ErrorCode.NETWORK_EXCEPTION,
-                             f"broker {node}: {exc}")
+    def _scheduled_pass(self) -> None:
+        self._pass_handle = None
+        self._pass()
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._wakeup()
+
+    def _pass(self) -> None:
+        """One sender pass, now (scheduled by `_wakeup`, due on the timer, or asked for by a caller
+        about to wait); then the timer is set for the next one a delay calls for."""
+        if self._pass_handle is not None:
+            self._pass_handle.cancel()
+            self._pass_handle = None
+        if self._in_pass or self._closed or not self._started:
             return
+        self._in_pass = True
+        try:
+            delay = self._run_once()
+        except Exception:                       # a bug here must not silently stall every send
+            log.exception("producer sender pass failed")
+            for b in self.acc.abort_all() + list(self._incomplete):
+                self._complete(b, -1, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "producer sender failed"))
+            delay = NO_DELAY_BOUND
         finally:
-            self._in_flight[node] -= 1
+            self._in_pass = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if delay < NO_DELAY_BOUND:
+            assert self._loop is not None
+            self._timer = self._loop.call_later(max(delay, 1) / 1000, self._on_timer)
+
+    def _send_now(self, batch: ProducerBatch) -> None:
+        """A pass for a caller about to wait for `batch`. When it is the only batch queued, ready
+        (linger.ms passed), and its leader's connection has a free request slot, the pass would
+        drain it alone: it is taken and written here without the pass's scans; else the full pass."""
+        acc = self.acc
+        if not self._in_pass and not self._closed and acc.sendable_alone(batch, now_ms()):
+            node = self.net.cache.leader_id(batch.tp)
+            if (node is not None and self._in_flight.get(node, 0) < self.max_in_flight
+                    and (self._producer_id >= 0 or not self.idempotent) and self.net.connected(node)):
+                if self._pass_handle is not None:
+                    self._pass_handle.cancel()
+                    self._pass_handle = None
+                if self._timer is not None:        # as the pass: nothing is left queued to wait for
+                    self._timer.cancel()
+                    self._timer = None
+                acc.take(batch)
+                self._drained(node, [batch])
+                return
+        self._pass()
+
+    def _drained(self, node: int, batches: list[ProducerBatch]) -> None:
+        """Batches just drained for `node`: sequences, request slot, then the request is written."""
+        self._in_flight[node] = self._in_flight.get(node, 0) + 1
+        for b in batches:
+            if self.idempotent:
+                self._sequence(b)
+            self._incomplete.add(b)
+            if self.max_in_flight == 1:
+                self.acc.mute(b.tp)
+        self._write(node, batches)
+
+    def _run_once(self) -> int:
+        """Kafka's Sender.runOnce: expire what waited too long, drain ready batches into one request
+        per broker while a request slot is free, write them; returns ms until the next pass is due
+        (NO_DELAY_BOUND: none, until something wakes the sender)."""
+        while True:
+            if not self.acc.queued_count:
+                return NO_DELAY_BOUND
+            now = now_ms()
+            for b in self.acc.expired(now):
+                self._complete(b, -1, KafkaError(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"expiring {len(b)} record(s) for {b.tp}: {now - b.created_ms} ms has passed since "
+                    f"batch creation (delivery.timeout.ms={self.delivery_timeout_ms})"))
+            ready = self.acc.ready(now, self._leader_of)
+            if ready.unknown_leader_topics:
+                self.net.want_topics(ready.unknown_leader_topics)
+                self.net.request_update()
+            delay = ready.next_delay_ms
+            nodes = set()
+            for n in sorted(ready.nodes):
+                if self._in_flight.get(n, 0) >= self.max_in_flight:
+                    continue
+                wait = self.net.ready_delay_ms(n, self._wakeup)      # connected, or wait for it
+                if wait:
+                    delay = min(delay, wait)
+                else:
+                    nodes.add(n)
+            if nodes and self.idempotent and self._producer_id < 0:
+                self._get_producer_id()              # its end schedules a pass
+                nodes.clear()
+            if nodes:
+                for node, batches in self.acc.drain(now, nodes, self._leader_of, self.max_request_size).items():
+                    self._drained(node, batches)
+                continue
+            if ready.unknown_leader_topics:
+                delay = min(delay, self.net.cache.refresh_backoff_ms)
+            if self.acc.has_queued():
+                delay = min(delay, self.delivery_timeout_ms)
+            return delay
+
+    def _get_producer_id(self) -> None:
+        if self._pid_task is None:
+            self._pid_task = asyncio.ensure_future(self._producer_id_then_wake())
+
+    async def _producer_id_then_wake(self) -> None:
+        """InitProducerId for the sender; a fatal error fails every queued batch with it."""
+        try:
+            await self._ensure_producer_id()
+        except KafkaError as exc:
+            for b in self.acc.abort_all():
+                self._complete(b, -1, exc)
+        except Exception:
+            log.exception("producer id request failed")
+            for b in self.acc.abort_all():
+                self._complete(b, -1, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "producer id request failed"))
+        finally:
+            self._pid_task = None
+            self._wakeup()
+
+    def _write(self, node: int, batches: list[ProducerBatch]) -> None:
+        """Write one Produce request for `batches` to `node`; its answer comes to `_answered`."""
+        body: Body
+        if len(batches) == 1:
+            b = batches[0]
+            body = self._encoder.body(b.tp, encode(b))
+        else:
+            by_topic: dict[str, list[dict[str, Any]]] = {}
             for b in batches:
+                by_topic.setdefault(b.tp.topic, []).append({"partition": b.tp.partition, "records": encode(b)})
+            body = {"acks": self.acks, "timeout_ms": self.request_timeout_ms,
+                    "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
+        if self.acks == 0:
+            asyncio.ensure_future(self._send_no_response(node, batches, body))
+            return
+        self.net.send_request(node, _PRODUCE, body, partial(self._answered, node, batches),
+                              timeout_ms=self.request_timeout_ms + 5000)
+
+    async def _send_no_response(self, node: int, batches: list[ProducerBatch], body: Body) -> None:
+        """acks=0: written and done (or failed, if the broker cannot be reached)."""
+        try:
+            await self.net.send_no_response(node, ApiKey.PRODUCE, body)
+        except KafkaError as exc:
+            self._answered(node, batches, None, exc)
+            return
+        self._in_flight[node] -= 1
+        for b in batches:
+            if self.max_in_flight == 1:
                 self.acc.unmute(b.tp)
-            if self.acc.has_queued():        # what waited for this request's slot or partition goes now
-                self._wake.set()
+            self._complete(b, -1, None)
+        if self.acc.has_queued():
+            self._wakeup()
+
+    def _answered(self, node: int, batches: list[ProducerBatch], resp: dict[str, Any] | None,
+                  error: KafkaError | None) -> None:
+        """The Produce request for `batches` was answered (`resp`) or failed (`error`); called from
+        the connection's read callback, or a later loop turn for a failure."""
+        self._in_flight[node] -= 1
+        acc = self.acc
+        if self.max_in_flight == 1:           # _drained muted their partitions
+            for b in batches:
+                acc.unmute(b.tp)
+        if acc.queued_count:        # what waited for this request's slot or partition goes now
+            self._wakeup()
+        if error is not None:
+            code = error.code if isinstance(error.code, int) else ErrorCode.NETWORK_EXCEPTION
+            for b in batches:
+                self._failed(b, code, f"broker {node}: {error}")
+            return
+        assert resp is not None
         if resp.get("error"):
             for b in batches:
                 self._failed(b, resp["error"], f"broker {node}: {resp.get('message', '')}")
             return
-        results: dict[TopicPartition, dict[str, Any]] = {}
-        for t in resp.get("topics", ()):
+        topics = resp.get("topics", ())
+        if len(batches) == 1 and len(topics) == 1:        # the common case: one batch acknowledged
+            b = batches[0]
+            parts = topics[0].get("partitions", ())
+            if len(parts) == 1 and not parts[0].get("error", 0) \
+                    and (topics[0]["topic"], parts[0]["partition"]) == b.tp:
+                r = parts[0]
+                self._complete(b, r.get("base_offset", -1), None, r.get("log_append_time_ms", -1))
+                return
+        results: dict[tuple[str, int], dict[str, Any]] = {}      # (topic, partition): a TopicPartition's key
+        for t in topics:
+            topic = t["topic"]
             for p in t.get("partitions", ()):
-                results[TopicPartition(t["topic"], p["partition"])] = p
+                results[(topic, p["partition"])] = p
         for b in batches:
             r = results.get(b.tp)
             if r is None:
@@ -557,7 +772,7 @@ class Producer:
                 self.on_retry(batch, err)
             self._incomplete.discard(batch)
             self.acc.reenqueue(batch, now_ms())
-            self._wake.set()
+            self._wakeup()
             return
         self._complete(batch, -1, err)
 
@@ -565,10 +780,19 @@ class Producer:
                   log_append_time: int = -1) -> None:
         self._incomplete.discard(batch)
         if error is None and batch.base_seq >= 0 and batch.producer_id == self._producer_id:
-            self._acked_seq[batch.tp] = (batch.base_seq + len(batch) - 1) & 0x7FFFFFFF
-        if not batch.waiter.done():
-            batch.waiter.set_result((base_offset, error, log_append_time))
+            self._acked_seq[batch.tp] = (batch.base_seq + batch.count - 1) & 0x7FFFFFFF
+        if batch.outcome is None:
+            batch.outcome = outcome = (base_offset, error, log_append_time)
+            if batch.waiter is not None:
+                batch.waiter.set_result(outcome)
+            parked = batch.parked
+            if parked is not None:
+                batch.parked = None
+                for fut in parked:
+                    if not fut.done():
+                        fut.set_result(None)
             self.acc.release(batch)
-            self._space.set()
+            if self.acc.memory_waiters:                  # a send() waits for memory (_wait_for_space)
+                self._space.set()
             if self.on_batch_done is not None:
                 self.on_batch_done(batch, base_offset, error)

@@ -5,6 +5,12 @@ requests by correlation id; every pending request is failed (retriably, with
 NETWORK_EXCEPTION) when the connection closes, and each request has its own
 timeout (REQUEST_TIMED_OUT). It must not know what any API means. Used by
 the client library, follower fetchers and the broker's controller channel.
+
+A request is awaited (`request`) or answered through a callback
+(`send_request`: the producer's sender, which takes the answer in the read
+callback that decoded it, with no task to wake). Timeouts share one loop
+timer per connection, armed for the earliest deadline pending, instead of
+a timer per request.
 """
 from __future__ import annotations
 
@@ -12,40 +18,72 @@ import asyncio
 import itertools
 import ssl
 from typing import Any
+from collections.abc import Callable
+
+import msgpack
 
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.net.sasl import authenticate
 from minibroker.net.tcp import set_nodelay
 from minibroker.net.tls import speaks_plaintext, tls_handshake_failed, tls_to_plaintext
 from minibroker.protocol.api import ApiKey
-from minibroker.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FramingError, encode_frame
+from minibroker.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FramingError, decode_body
+
+try:    # the answer's map in one C call, its keys from a cache; None leaves it to msgpack (decode_body)
+    from minibroker._speedups import decode_map
+except ImportError:  # pragma: no cover - the C extension was not built
+    def decode_map(data: bytes) -> dict[str, Any] | None:
+        return None
+
+# Called with (response, None) when the answer is read, or (None, error) when the request
+# times out (REQUEST_TIMED_OUT) or its connection is lost (NETWORK_EXCEPTION).
+Callback = Callable[[dict[str, Any] | None, KafkaError | None], None]
+
+# A request body its sender encoded itself, (entries, parts): `parts`, joined, are the msgpack
+# encoding of `entries` key/value pairs (a map's entries without the map's header), which the
+# connection puts after its own header entries, as it would put a dict body's. A plain tuple:
+# one is made per Produce request, and a NamedTuple costs several times more to make.
+EncodedBody = tuple[int, tuple[bytes, ...]]
+Body = dict[str, Any] | EncodedBody
+
+# A deadline within this many seconds of the loop's time has passed: loop timers are
+# millisecond-grained and may fire that much before the time they were set for.
+_TIMER_SLACK_S = 0.001
 
 
 class _ClientProtocol(asyncio.Protocol):
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
+        self.data_received = conn._on_data  # type: ignore[method-assign]   # one call less per read
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         set_nodelay(transport)
-
-    def data_received(self, data: bytes) -> None:
-        self.conn._on_data(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.conn._on_lost(exc)
 
 
 class Connection:
-    """Invariant: `_pending` maps every correlation id sent and not yet
-    answered, failed or timed out to its future."""
+    """Invariants: `_pending` maps every correlation id sent and not yet answered,
+    failed or timed out to (deadline in loop time, timeout_ms, its future or None,
+    its callback or None); `_timer` is armed (for `_timer_at`) while `_pending` is
+    not empty, never later than the earliest deadline in it."""
 
     def __init__(self, host: str, port: int, client_id: str, max_frame_bytes: int) -> None:
         self.host = host
         self.port = port
         self.client_id = client_id
         self._ids = itertools.count(1)
-        self._pending: dict[int, asyncio.Future] = {}
+        self._pending: dict[int, tuple[float, int, asyncio.Future | None, Callback | None]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
         self._decoder = FrameDecoder(max_frame_bytes)
+        self._max_frame_bytes = max_frame_bytes
+        self._whole_frames = True           # Invariant: the decoder holds no partial frame
+        self._packer = msgpack.Packer(use_bin_type=True)     # encode_frame's packer, made once
+        # (api, body entries) -> the map's header and its header entries up to the "id" key, encoded
+        self._heads: dict[tuple[int, int], bytes] = {}
+        self._client_entry = self._packer.pack("client") + self._packer.pack(client_id)
         self._transport: asyncio.Transport | None = None
         self.closed = False
         self.close_reason = ""
@@ -90,55 +128,127 @@ class Connection:
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
-    def _frame(self, api: ApiKey | int, body: dict[str, Any]) -> tuple[int, bytes]:
+    def _frame(self, api: ApiKey | int, body: Body) -> tuple[int, bytes]:
         if self.closed:
             raise KafkaError(ErrorCode.NETWORK_EXCEPTION,
                              f"connection to {self.address} is closed: {self.close_reason}")
         cid = next(self._ids)
-        msg = {"api": int(api), "v": 0, "id": cid, "client": self.client_id}
-        msg.update(body)
-        return cid, encode_frame(msg)
+        packer = self._packer
+        if not isinstance(body, tuple):
+            data = packer.pack({"api": int(api), "v": 0, "id": cid, "client": self.client_id, **body})
+            return cid, len(data).to_bytes(4, "big") + data
+        entries, body_parts = body
+        head = self._heads.get((api, entries))
+        if head is None:
+            head = self._heads[(int(api), entries)] = packer.pack_map_header(4 + entries) + b"".join(
+                map(packer.pack, ("api", int(api), "v", 0, "id")))
+        parts = (head, packer.pack(cid), self._client_entry, *body_parts)
+        return cid, b"".join((sum(map(len, parts)).to_bytes(4, "big"), *parts))
 
-    async def request(self, api: ApiKey | int, body: dict[str, Any], *, timeout_ms: int = 30_000) -> dict[str, Any]:
+    def _track(self, cid: int, timeout_ms: int, fut: asyncio.Future | None, callback: Callback | None) -> None:
+        """A request is about to be written: remember it, with the timer covering its deadline."""
+        loop = self._loop or asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        self._pending[cid] = (deadline, timeout_ms, fut, callback)
+        if self._timer is None or deadline < self._timer_at:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_at = deadline
+            self._timer = loop.call_at(deadline, self._expire)
+
+    async def request(self, api: ApiKey | int, body: Body, *, timeout_ms: int = 30_000) -> dict[str, Any]:
         """Send one request and wait for its response (or a KafkaError)."""
         cid, frame = self._frame(api, body)
-        loop = self._loop or asyncio.get_running_loop()
-        fut = loop.create_future()
-        self._pending[cid] = fut
-        timer = loop.call_later(timeout_ms / 1000, self._time_out, cid, timeout_ms)
+        fut = (self._loop or asyncio.get_running_loop()).create_future()
+        self._track(cid, timeout_ms, fut, None)
         try:
             assert self._transport is not None
             self._transport.write(frame)
             return await fut
         finally:
-            timer.cancel()
             self._pending.pop(cid, None)
 
-    def send_no_response(self, api: ApiKey | int, body: dict[str, Any]) -> None:
+    def send_request(self, api: ApiKey | int, body: Body, on_done: Callback, *,
+                     timeout_ms: int = 30_000) -> None:
+        """Send one request now; `on_done(response, None)` runs in the read callback that
+        decodes its answer, `on_done(None, error)` in a later loop turn if it times out or the
+        connection is lost. Raises KafkaError (NETWORK_EXCEPTION) only if the connection is closed."""
+        cid, frame = self._frame(api, body)
+        self._track(cid, timeout_ms, None, on_done)
+        assert self._transport is not None
+        try:
+            self._transport.write(frame)
+        except RuntimeError as exc:          # the transport closed and connection_lost is still on its way
+            self._fail_all(f"write failed: {exc}")
+
+    def send_no_response(self, api: ApiKey | int, body: Body) -> None:
         """For acks=0 produces: the server sends nothing back."""
         _, frame = self._frame(api, body)
         assert self._transport is not None
         self._transport.write(frame)
 
-    def _time_out(self, cid: int, timeout_ms: int) -> None:
-        fut = self._pending.pop(cid, None)
-        if fut is not None and not fut.done():
-            fut.set_exception(KafkaError(ErrorCode.REQUEST_TIMED_OUT,
-                                         f"no response from {self.address} within {timeout_ms} ms"))
+    def _expire(self) -> None:
+        """The timer fired: fail every request past its deadline, re-arm for the earliest one left."""
+        self._timer = None
+        loop = self._loop or asyncio.get_running_loop()
+        now = loop.time() + _TIMER_SLACK_S
+        soonest = None
+        expired = []
+        for cid, entry in self._pending.items():
+            if entry[0] <= now:
+                expired.append(cid)
+            elif soonest is None or entry[0] < soonest:
+                soonest = entry[0]
+        for cid in expired:
+            _, timeout_ms, fut, callback = self._pending.pop(cid)
+            self._fail(fut, callback, KafkaError(ErrorCode.REQUEST_TIMED_OUT,
+                                                 f"no response from {self.address} within {timeout_ms} ms"))
+        if soonest is not None and self._timer is None:
+            self._timer_at = soonest
+            self._timer = loop.call_at(soonest, self._expire)
+
+    def _fail(self, fut: asyncio.Future | None, callback: Callback | None, error: KafkaError) -> None:
+        if fut is not None:
+            if not fut.done():
+                fut.set_exception(error)
+        elif callback is not None:
+            loop = self._loop
+            if loop is None or loop.is_closed():
+                callback(None, error)
+            else:
+                loop.call_soon(callback, None, error)
 
     def _on_data(self, data: bytes) -> None:
         self.received_any = True
         try:
-            messages = self._decoder.feed(data)
+            n = len(data) - 4
+            if self._whole_frames and n > 0 and int.from_bytes(data[:4], "big") == n <= self._max_frame_bytes:
+                body = data[4:]                       # the usual read, one whole frame: nothing to buffer
+                msg = decode_map(body)
+                messages = [decode_body(body) if msg is None else msg]
+            else:
+                messages = self._decoder.feed(data)
+                self._whole_frames = not self._decoder.buffered
         except FramingError as exc:
             self._fail_all(f"bad frame from server: {exc}")
             if self._transport is not None:
                 self._transport.close()
             return
+        pending = self._pending
         for msg in messages:
-            fut = self._pending.pop(msg.get("id"), None)  # type: ignore[arg-type]
-            if fut is not None and not fut.done():
-                fut.set_result(msg)
+            entry = pending.pop(msg.get("id"), None)  # type: ignore[arg-type]
+            if entry is None:
+                continue
+            fut = entry[2]
+            if fut is not None:
+                if not fut.done():
+                    fut.set_result(msg)
+                continue
+            try:
+                entry[3](msg, None)  # type: ignore[misc]
+            except Exception as exc:     # the caller's bug: report it, keep reading the connection
+                (self._loop or asyncio.get_running_loop()).call_exception_handler(
+                    {"message": f"response callback failed on {self.address}", "exception": exc})
 
     def _on_lost(self, exc: Exception | None) -> None:
         self._fail_all(f"connection lost{': ' + str(exc) if exc else ''}")
@@ -147,9 +257,11 @@ class Connection:
         self.closed = True
         self.close_reason = reason
         pending, self._pending = self._pending, {}
-        for fut in pending.values():
-            if not fut.done():
-                fut.set_exception(KafkaError(ErrorCode.NETWORK_EXCEPTION, f"{self.address}: {reason}"))
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for _, _, fut, callback in pending.values():
+            self._fail(fut, callback, KafkaError(ErrorCode.NETWORK_EXCEPTION, f"{self.address}: {reason}"))
 
     def close(self) -> None:
         if not self.closed:

@@ -40,7 +40,7 @@ async def _followers_have(rig: Rig, brokers: list[int], leo: int) -> bool:
 
 async def _send_batch(p: Producer) -> list:
     futs = [await p.send("t", f"v{i}".encode(), partition=0) for i in range(N)]
-    p._wake.set()
+    p._wakeup()
     return futs
 
 

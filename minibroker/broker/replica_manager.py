@@ -672,10 +672,12 @@ class ReplicaManager:
 
     # -- FetcherHooks -----------------------------------------------------------
 
-    async def flush(self, parts: list[Partition]) -> None:
-        """Follower appends are fsynced before the next Fetch acknowledges them."""
+    def flush(self, parts: list[Partition]) -> Awaitable[Any] | None:
+        """Follower appends are fsynced before the next Fetch acknowledges them (with
+        minibroker.fsync.before.ack); None when there is nothing to wait for."""
         if self.fsync_before_ack:
-            await asyncio.gather(*(self._flush_through(p, p.leo) for p in parts))
+            return asyncio.gather(*(self._flush_through(p, p.leo) for p in parts))
+        return None
 
     def on_follower_progress(self, part: Partition, old_hw: int, appended_bytes: int) -> None:
         """R9: a follower's HW rose: wake consumer reads it serves (KIP-392)."""

@@ -154,7 +154,17 @@ except ImportError:        # built without the C extension
     response_entries = _response_entries
 
 
+try:    # a map in one C call, its keys from a cache; None where msgpack must decide (an error, an odd type)
+    from minibroker._speedups import decode_map as _decode_map
+except ImportError:  # pragma: no cover - the C extension was not built
+    def _decode_map(data: bytes | bytearray | memoryview, /) -> dict[str, Any] | None:
+        return None
+
+
 def decode_body(body: bytes | memoryview) -> dict[str, Any]:
+    obj = _decode_map(body)
+    if obj is not None:
+        return obj
     try:
         obj = msgpack.unpackb(body)         # msgpack 1.x defaults: raw=False, strict_map_key=True, use_list=True
     except Exception as exc:  # msgpack raises several unrelated exception types

@@ -46,8 +46,8 @@ def produce(count: int, size: int, awaited: int, partitions: int, proxy: bool, p
             sets: tuple[str, ...], bootstrap_server: str | None, runs: int, e2e: bool, e2e_seconds: float,
             catch_up: bool, confluent: bool, failover: bool, idle_partitions: int, idle_seconds: float,
             ceiling_path: str | None, ceiling_runs: int, ceiling_seconds: float) -> None:
-    """Batched acks=all throughput, awaited single-record latency, consume rate, end-to-end latency,
-    follower catch-up, failover gap, confluent-kafka, idle partitions."""
+    """Batched acks=all throughput, awaited single-record latency, consume rate, confluent-kafka,
+    end-to-end latency, follower catch-up, failover gap, idle partitions."""
     from minibroker.bench.figures import goal_rows, goal_table, summary_lines
     from minibroker.bench.runner import BenchOptions, run_bench
     cfg = {"linger.ms": "5", "batch.size": "262144", "max.request.size": "4194304"}

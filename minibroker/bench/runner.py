@@ -129,14 +129,8 @@ async def one_run(opts: BenchOptions, cluster: LocalCluster | None, admin: Admin
                             producer_cfg=opts.producer_cfg, out=out)
     fig = res.figures(opts.size)
     own = "skipped (needs the bench's own cluster, not --bootstrap-server)"
-    if opts.e2e:
-        await _guarded("end-to-end", out, _e2e(opts, admin, bootstrap, topic + "-e2e", fig, out))
-    if opts.catch_up:
-        if cluster is None:
-            out(f"follower catch-up from zero: {own}")
-        else:
-            await _guarded("follower catch-up from zero", out, _catch_up(opts, cluster, admin, topic + "-catchup",
-                                                                          fig, out))
+    # confluent-kafka next, so that its ratio compares two producers in the same state of the machine:
+    # after the end-to-end run's gigabyte, page cache growing into fresh memory slows every write.
     if opts.confluent:
         if not confluent.available():
             out("confluent-kafka acks=all batched: skipped (confluent_kafka is not importable)")
@@ -145,6 +139,14 @@ async def one_run(opts: BenchOptions, cluster: LocalCluster | None, admin: Admin
         else:
             await _guarded("confluent-kafka acks=all batched", out,
                            _confluent(opts, cluster, admin, topic + "-confluent", fig, out))
+    if opts.e2e:
+        await _guarded("end-to-end", out, _e2e(opts, admin, bootstrap, topic + "-e2e", fig, out))
+    if opts.catch_up:
+        if cluster is None:
+            out(f"follower catch-up from zero: {own}")
+        else:
+            await _guarded("follower catch-up from zero", out, _catch_up(opts, cluster, admin, topic + "-catchup",
+                                                                          fig, out))
     if opts.failover:
         if cluster is None:
             out(f"failover after SIGKILL of the leader: {own}")

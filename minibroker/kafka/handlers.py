@@ -28,6 +28,7 @@ from minibroker.coordinator.records import OFFSETS_TOPIC
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.kafka import codec
 from minibroker.kafka.codec import Api, CodecError
+from minibroker.kafka.produce_codec import decode_produce
 from minibroker.kafka.server import ConnectionAbort, KafkaConnection
 from minibroker.net.server import RequestContext
 from minibroker.protocol.api import ApiKey
@@ -128,13 +129,17 @@ class KafkaApis:
             # Kafka closes the connection on an API or version it does not serve
             # (clients only send what ApiVersions advertised).
             raise ConnectionAbort(f"unsupported request: API key {api_key} version {version}")
-        try:
-            if len(frame) > DECODE_OFF_LOOP_BYTES:
-                header, body = await asyncio.to_thread(codec.decode_request, api, version, frame)
-            else:
-                header, body = codec.decode_request(api, version, frame)
-        except CodecError as exc:
-            raise ConnectionAbort(str(exc)) from None
+        fast = decode_produce(version, frame) if api == Api.PRODUCE else None
+        if fast is not None:
+            header, body = fast
+        else:
+            try:
+                if len(frame) > DECODE_OFF_LOOP_BYTES:
+                    header, body = await asyncio.to_thread(codec.decode_request, api, version, frame)
+                else:
+                    header, body = codec.decode_request(api, version, frame)
+            except CodecError as exc:
+                raise ConnectionAbort(str(exc)) from None
         req = _Request(api, version, cid, header.client_id or "", body)
         await self.broker.until_serving()
         out = await self._routes[api](conn, req)

@@ -88,16 +88,17 @@ class KafkaConnection(asyncio.Protocol):
         buf += data
         pos = 0
         n = len(buf)
-        while n - pos >= 4:
-            (size,) = _SIZE.unpack_from(buf, pos)
-            if size < 0 or size > self.max_frame_bytes:
-                self.abort(f"request of {size} bytes is above socket.request.max.bytes={self.max_frame_bytes}")
-                return
-            if n - pos - 4 < size:
-                break
-            self._frames.append(bytes(buf[pos + 4:pos + 4 + size]))
-            self._queued_bytes += size
-            pos += 4 + size
+        with memoryview(buf) as view:               # one copy per frame (a bytearray slice is one more)
+            while n - pos >= 4:
+                (size,) = _SIZE.unpack_from(buf, pos)
+                if size < 0 or size > self.max_frame_bytes:
+                    self.abort(f"request of {size} bytes is above socket.request.max.bytes={self.max_frame_bytes}")
+                    return
+                if n - pos - 4 < size:
+                    break
+                self._frames.append(bytes(view[pos + 4:pos + 4 + size]))
+                self._queued_bytes += size
+                pos += 4 + size
         if pos:
             del buf[:pos]
         if self._frames and self._wake is not None:

@@ -28,7 +28,7 @@ from minibroker.coordinator.records import OFFSETS_TOPIC
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.kafka import codec
 from minibroker.kafka.codec import Api, CodecError
-from minibroker.kafka.produce_codec import decode_produce
+from minibroker.kafka.produce_codec import decode_produce, encode_produce_response
 from minibroker.kafka.server import ConnectionAbort, KafkaConnection
 from minibroker.net.server import RequestContext
 from minibroker.protocol.api import ApiKey
@@ -145,6 +145,10 @@ class KafkaApis:
         out = await self._routes[api](conn, req)
         if out is None:
             return None
+        if api == Api.PRODUCE:
+            framed = encode_produce_response(version, cid, out)
+            if framed is not None:
+                return framed
         size = out.pop("_record_bytes", 0)
         if size > ENCODE_OFF_LOOP_BYTES:
             return await asyncio.to_thread(codec.encode_response, api, version, cid, out)

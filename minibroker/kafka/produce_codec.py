@@ -1,4 +1,4 @@
-"""A direct decoder for the one request a Kafka producer sends most: Produce v3-v9.
+"""A direct decoder for the one request a Kafka producer sends most, Produce v3-v9, and its response's encoder.
 
 kafka-python's generated decoder (minibroker.kafka.codec) builds a data object per
 topic and partition through generic field codecs: about a sixth of a leader's time
@@ -8,14 +8,16 @@ hands the handler objects with the same attribute names. It decodes only the
 plain, well-formed case: a null array, a tagged field, a count larger than the
 bytes left, a string that is not UTF-8, a byte left over or missing, anything
 else unusual gives None, and the caller decodes the frame with the generated
-decoder, which then decides (errors included) exactly as before.
+decoder, which then decides (errors included) exactly as before. The response
+(`encode_produce_response`) is written the same way for the common answer (no
+record errors); any other goes to the generated encoder.
 
 Stateless. Must not know what the fields mean (minibroker.kafka.handlers).
 """
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from minibroker.kafka.codec import RequestHeader
 
@@ -163,3 +165,66 @@ def _count(buf: bytes, pos: int, flexible: bool) -> tuple[int, int]:
     if n < 0 or n > len(buf) - pos:
         raise _Unusual
     return n, pos
+
+
+_I64 = struct.Struct(">q")
+_PARTITION = struct.Struct(">ihqqq")     # index, error code, base offset, log append time, log start offset (v5+)
+_PARTITION_V3 = struct.Struct(">ihqq")
+
+
+def _uvarint_bytes(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _string(s: str | None, flexible: bool) -> bytes:
+    if s is None:
+        return b"\x00" if flexible else b"\xff\xff"
+    raw = s.encode()
+    return (_uvarint_bytes(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
+
+
+def _array_len(n: int, flexible: bool) -> bytes:
+    return _uvarint_bytes(n + 1) if flexible else _I32.pack(n)
+
+
+def encode_produce_response(version: int, correlation_id: int, body: dict[str, Any]) -> bytes | None:
+    """The framed ProduceResponse (size, header, body) for `body` as the handler builds it, or None
+    when it carries record errors or `version` is not one served (the generated encoder writes it)."""
+    if version not in VERSIONS:
+        return None
+    flexible = version >= FLEXIBLE_FROM
+    out = [_I32.pack(correlation_id)]
+    if flexible:
+        out.append(b"\x00")                      # the response header's tagged fields
+    responses = body["responses"]
+    out.append(_array_len(len(responses), flexible))
+    with_start = version >= 5
+    for t in responses:
+        out.append(_string(t["name"], flexible))
+        parts = t["partition_responses"]
+        out.append(_array_len(len(parts), flexible))
+        for p in parts:
+            if p.get("record_errors"):
+                return None
+            if with_start:
+                out.append(_PARTITION.pack(p["index"], p["error_code"], p["base_offset"], p["log_append_time_ms"],
+                                           p["log_start_offset"]))
+            else:
+                out.append(_PARTITION_V3.pack(p["index"], p["error_code"], p["base_offset"], p["log_append_time_ms"]))
+            if version >= 8:
+                out.append(_array_len(0, flexible))     # record_errors
+                out.append(_string(p.get("error_message"), flexible))
+            if flexible:
+                out.append(b"\x00")
+        if flexible:
+            out.append(b"\x00")
+    out.append(_I32.pack(body.get("throttle_time_ms", 0)))
+    if flexible:
+        out.append(b"\x00")
+    size = sum(len(b) for b in out)
+    return _I32.pack(size) + b"".join(out)

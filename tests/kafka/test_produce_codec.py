@@ -1,4 +1,4 @@
-"""The direct Produce decoder against kafka-python's generated one: the same header and fields for
+"""The direct Produce decoder and response encoder against kafka-python's generated ones: the same header and fields for
 every request kafka-python encodes, and None (the generated decoder decides) for anything else."""
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ pytest.importorskip("kafka")
 from kafka.protocol.producer import ProduceRequest  # noqa: E402
 
 from minibroker.kafka import codec  # noqa: E402
-from minibroker.kafka.produce_codec import VERSIONS, ProducePartition, decode_produce  # noqa: E402
+from minibroker.kafka.produce_codec import (  # noqa: E402
+    VERSIONS, ProducePartition, decode_produce, encode_produce_response,
+)
 
 R = ProduceRequest
 names = st.text(min_size=0, max_size=12)
@@ -78,3 +80,29 @@ def test_records_come_back_as_the_bytes_sent():
     _h, body = decode_produce(9, frame(9, None, "txn", 1, 5, [("a", [(3, b"abc"), (4, None)])]))
     assert body.topic_data[0].partition_data == [ProducePartition(3, b"abc"), ProducePartition(4, None)]
     assert (body.transactional_id, body.acks, body.timeout_ms) == ("txn", 1, 5)
+
+
+i64 = st.integers(-2**63, 2**63 - 1)
+partition_answers = st.fixed_dictionaries({
+    "index": st.integers(-2**31, 2**31 - 1), "error_code": st.integers(-2**15, 2**15 - 1), "base_offset": i64,
+    "log_append_time_ms": i64, "log_start_offset": i64, "record_errors": st.just([]),
+    "error_message": st.one_of(st.none(), names)})
+answers = st.fixed_dictionaries({
+    "throttle_time_ms": st.integers(0, 2**31 - 1),
+    "responses": st.lists(st.fixed_dictionaries({"name": names, "partition_responses": st.lists(partition_answers,
+                                                                                               max_size=3)}),
+                          max_size=3)})
+
+
+@settings(max_examples=300, deadline=None)
+@given(version=st.sampled_from(list(VERSIONS)), cid=st.integers(-2**31, 2**31 - 1), body=answers)
+def test_every_answer_encodes_to_the_generated_encoders_bytes(version, cid, body):
+    assert encode_produce_response(version, cid, body) == codec.encode_response(codec.Api.PRODUCE, version, cid, body)
+
+
+def test_an_answer_with_record_errors_is_left_to_the_generated_encoder():
+    body = {"throttle_time_ms": 0, "responses": [{"name": "t", "partition_responses": [
+        {"index": 0, "error_code": 87, "base_offset": -1, "log_append_time_ms": -1, "log_start_offset": -1,
+         "record_errors": [{"batch_index": 0, "batch_index_error_message": "bad"}], "error_message": "bad"}]}]}
+    assert encode_produce_response(9, 1, body) is None
+    assert encode_produce_response(10, 1, {"throttle_time_ms": 0, "responses": []}) is None

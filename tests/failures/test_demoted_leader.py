@@ -21,6 +21,10 @@ pytestmark = pytest.mark.cluster
 
 # Well past the session timeout plus a few lag periods (2 s each); a deadline, not a sleep.
 CONVERGE_S = 20.0
+# After an election the new leader knows it before every broker's metadata says so: a producer that
+# asked a broker still naming the old leader meets NOT_LEADER_OR_FOLLOWER and, as any Kafka producer,
+# refreshes its metadata and retries (the rig's producer otherwise has retries=0).
+AFTER_ELECTION = {"retries": "5"}
 
 
 async def _status(rig: Rig, broker: int) -> dict:
@@ -46,8 +50,8 @@ async def _converged(rig: Rig, brokers: list[int], timeout_s: float = CONVERGE_S
     return await until(cond, f"ISR {brokers} full with equal LEOs", timeout_s)
 
 
-async def _produce(bootstrap: str, topic: str, n: int, acks: str = "all", first: int = 0) -> list[int]:
-    async with producer(bootstrap, acks=acks) as p:
+async def _produce(bootstrap: str, topic: str, n: int, acks: str = "all", first: int = 0, **cfg: str) -> list[int]:
+    async with producer(bootstrap, acks=acks, **cfg) as p:
         futs = [await p.send(topic, f"v{i}".encode(), partition=0) for i in range(first, first + n)]
         out = await outcomes(futs)
     assert all(e is None for _, e in out), out
@@ -79,7 +83,7 @@ async def test_a_leader_that_wrote_nothing_in_its_epoch_rejoins_after_a_preferre
         assert res[tp] is None, res
         await _leader_is(rig, 1, epoch=2)
         # Replication works in the new epoch, through every replica (a looping follower stays at 5).
-        assert await _produce(c.bootstrap, "t", 3, first=5) == [5, 6, 7]
+        assert await _produce(c.bootstrap, "t", 3, first=5, **AFTER_ELECTION) == [5, 6, 7]
         sts = await _converged(rig, [1, 2, 3])
         assert {s["leo"] for s in sts.values()} == {8}
         assert await _stale_entries_dropped(rig, 3, 1), "broker 3 never dropped its epoch-1 entry"
@@ -113,7 +117,7 @@ async def test_the_readme_fault_sequence_ends_with_a_full_isr_after_the_preferre
         res = await rig.admin.elect_leaders("preferred", [tp])
         assert res[tp] is None, res
         await _leader_is(rig, 1)
-        assert await _produce(c.bootstrap, "orders", 1, first=13) == [13]
+        assert await _produce(c.bootstrap, "orders", 1, first=13, **AFTER_ELECTION) == [13]
         sts = await _converged(rig, [1, 2, 3])
         assert {s["leo"] for s in sts.values()} == {14}
         assert await _stale_entries_dropped(rig, led["leader"], led["leader_epoch"]), \

@@ -167,7 +167,6 @@ def _count(buf: bytes, pos: int, flexible: bool) -> tuple[int, int]:
     return n, pos
 
 
-_I64 = struct.Struct(">q")
 _PARTITION = struct.Struct(">ihqqq")     # index, error code, base offset, log append time, log start offset (v5+)
 _PARTITION_V3 = struct.Struct(">ihqq")
 

@@ -62,7 +62,7 @@ def produce(count: int, size: int, awaited: int, partitions: int, proxy: bool, p
                         idle_partitions=idle_partitions, idle_seconds=idle_seconds)
     report = run_async(run_bench(opts, click.echo))
     stats = report.stats()
-    for line in summary_lines(stats, len(report.runs), once=report.once.keys()):
+    for line in summary_lines(stats, len(report.runs), after=report.after_runs()):
         click.echo(line)
     if ceiling is not None:
         from minibroker.bench.ceiling import ratio_lines

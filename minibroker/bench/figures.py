@@ -40,11 +40,11 @@ FIGURES: tuple[Figure, ...] = (
     Figure("idle_rss_mib", "idle partitions: RSS, largest broker", "MiB", ",.0f"),
     Figure("idle_fds", "idle partitions: fds, most on a broker", "fds", ",.0f"),
     Figure("beside_rate", "batched on one partition beside the idle ones", "records/s", ",.0f"),
-    Figure("beside_ratio", "that partition / one partition alone", "x", ".2f"),
+    Figure("beside_ratio", "that partition / the runs' batched median", "x", ".2f"),
     Figure("multi_rate", "batched over the idle partitions, sticky runs", "records/s", ",.0f"),
-    Figure("multi_ratio", "those partitions / one partition", "x", ".2f"),
+    Figure("multi_ratio", "those partitions / the runs' batched median", "x", ".2f"),
     Figure("rr_rate", "batched over the idle partitions, round robin", "records/s", ",.0f"),
-    Figure("rr_ratio", "round robin / one partition", "x", ".2f"),
+    Figure("rr_ratio", "round robin / the runs' batched median", "x", ".2f"),
 )
 FIGURE_BY_KEY: dict[str, Figure] = {f.key: f for f in FIGURES}
 
@@ -79,12 +79,15 @@ def fmt_stat(key: str, stat: Stat) -> str:
     return " / ".join(fmt_value(key, v) for v in (stat.min, stat.median, stat.max))
 
 
-def summary_lines(stats: Mapping[str, Stat], runs: int, once: Collection[str] = ()) -> list[str]:
-    """The summary block: one line per measured figure, in FIGURES order. Figures in `once`
-    were measured a single time after the runs; others say when some run did not measure them."""
+def summary_lines(stats: Mapping[str, Stat], runs: int, after: Mapping[str, int] | Collection[str] = ()
+                  ) -> list[str]:
+    """The summary block: one line per measured figure, in FIGURES order. Figures in `after` were
+    measured after the runs (a mapping says how many times; a plain collection means once); others
+    say when some run did not measure them."""
     def note(key: str) -> str:
-        if key in once:
-            return "  [once, after the runs]"
+        if key in after:
+            n = after[key] if isinstance(after, Mapping) else 1
+            return "  [once, after the runs]" if n == 1 else f"  [{n} rounds, after the runs]"
         return "" if stats[key].n == runs else f"  [{stats[key].n} of {runs} runs]"
     rows = [(f"{f.label} ({f.unit})", fmt_stat(f.key, stats[f.key]) + note(f.key)) for f in FIGURES if f.key in stats]
     if not rows:

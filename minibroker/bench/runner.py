@@ -10,8 +10,11 @@ failover, partitions); a figure that fails prints why and the sitting goes on.
 A run: the classic three (batched, awaited, consume), end-to-end latency at half
 that run's batched rate, follower catch-up from zero, confluent-kafka through the
 Kafka listener, and last the failover gap (it kills and restarts a broker). After
-the runs, once, the idle-partitions figures (they leave N partitions behind, which
-would weigh on later runs).
+the runs, the idle-partitions figures (they leave N partitions behind, which would
+weigh on later runs): the idle window once, then LOADED_ROUNDS rounds of one
+partition beside the idle ones followed at once by all of them (each judged
+against the runs' batched median, the single-partition rate; a round also
+prints the two against each other), then round robin once.
 """
 from __future__ import annotations
 
@@ -42,6 +45,7 @@ TOPIC_CONFIGS = {"min.insync.replicas": "2"}
 E2E_TOPIC_CONFIGS = {**TOPIC_CONFIGS, "segment.bytes": str(32 << 20), "retention.bytes": str(64 << 20),
                      "file.delete.delay.ms": "0"}
 BENCH_BROKER_CONFIGS = {"log.retention.check.interval.ms": "1000"}
+LOADED_ROUNDS = 3           # rounds of (one partition beside the idle ones, then all of them)
 
 
 @dataclass
@@ -68,11 +72,20 @@ class BenchOptions:
 class BenchReport:
     runs: list[dict[str, float]] = field(default_factory=list)
     once: dict[str, float] = field(default_factory=dict)        # measured once, after the runs
+    rounds: list[dict[str, float]] = field(default_factory=list)  # the loaded rounds, after the runs
     session_timeout_ms: int | None = None
     idle_partitions: int = 0
 
     def stats(self) -> dict[str, Stat]:
-        return {**summarize(self.runs), **summarize([self.once] if self.once else [])}
+        return {**summarize(self.runs), **summarize(self.rounds), **summarize([self.once] if self.once else [])}
+
+    def after_runs(self) -> dict[str, int]:
+        """Each figure measured after the runs -> how many times."""
+        counts = {k: 1 for k in self.once}
+        for r in self.rounds:
+            for k in r:
+                counts[k] = counts.get(k, 0) + 1
+        return counts
 
 
 async def _guarded(name: str, out: Out, step: Awaitable[None]) -> None:
@@ -111,7 +124,7 @@ async def run_bench(opts: BenchOptions, out: Out) -> BenchReport:
                     single = statistics.median(r["batched_rate"] for r in report.runs if "batched_rate" in r) \
                         if any("batched_rate" in r for r in report.runs) else 0.0
                     await _guarded("idle partitions", out, _idle(opts, cluster, admin, f"bench-{stamp}-idle",
-                                                                   single, report.once, out))
+                                                                   single, report, out))
     finally:
         if cluster is not None:
             cluster.down(timeout_s=10)
@@ -229,7 +242,8 @@ async def _failover(cluster: LocalCluster, admin: Admin, topic: str, size: int, 
 
 
 async def _idle(opts: BenchOptions, cluster: LocalCluster, admin: Admin, topic: str, single_rate: float,
-                once: dict[str, float], out: Out) -> None:
+                report: BenchReport, out: Out) -> None:
+    once = report.once
     r = await idle_partitions(cluster, admin, topic, opts.idle_partitions, opts.idle_seconds)
     out(f"idle partitions: {r.partitions:,} partitions, RF=3, every leader in {r.create_seconds:.1f} s; "
         f"measured over {r.idle_seconds:.0f} s of idleness after {SETTLE_S:.0f} s to settle")
@@ -242,29 +256,41 @@ async def _idle(opts: BenchOptions, cluster: LocalCluster, admin: Admin, topic: 
     if r.brokers:
         once.update(idle_cpu_pct=max(b.cpu_pct for b in r.brokers), idle_rss_mib=max(b.rss_mib for b in r.brokers),
                     idle_fds=max(b.fds for b in r.brokers))
-    beside = f"{topic}-beside"                           # a busy partition among the idle ones
-    await admin.create_topic(beside, 1, 3, TOPIC_CONFIGS)
-    acked, failed, secs = await produce_batched(cluster.bootstrap, beside, opts.count, opts.size, opts.producer_cfg)
-    rate = acked / secs if secs else 0.0
-    out(f"batched on one partition beside the {r.partitions:,} idle ones: {acked:,} records in {secs:.2f} s = "
-        f"{rate:,.0f} records/s; ratio to the {opts.partitions}-partition batched rate ({single_rate:,.0f}): "
-        + (f"{rate / single_rate:.2f}" if single_rate else "-") + (f" ({failed} failed)" if failed else ""))
-    once["beside_rate"] = rate
-    if single_rate:
-        once["beside_ratio"] = rate / single_rate
-    await admin.delete_topics([beside])
     run = records_per_batch(int(opts.producer_cfg.get("batch.size", 16384)), opts.size)
     count = max(opts.count, run * r.partitions)          # every partition takes at least one full batch
-    for key, how, run_len, n in (("multi", f"runs of {run:,} records, one full batch each, as Kafka's sticky "
-                                  "partitioner", run, count),
-                                 ("rr", "round robin, one record each in turn", 1, opts.count)):
-        acked, failed, secs = await produce_spread(cluster.bootstrap, topic, n, opts.size, opts.producer_cfg,
-                                                   run_len)
-        rate = acked / secs if secs else 0.0
-        ratio = f"{rate / single_rate:.2f}" if single_rate else "-"
-        out(f"batched over all {r.partitions:,} partitions ({how}): {acked:,} records in {secs:.2f} s = "
-            f"{rate:,.0f} records/s; ratio to the {opts.partitions}-partition batched rate ({single_rate:,.0f}): "
-            f"{ratio}" + (f" ({failed} failed)" if failed else ""))
-        once[f"{key}_rate"] = rate
+    alone = f" ({single_rate:,.0f} records/s alone)" if single_rate else ""
+    for i in range(LOADED_ROUNDS):
+        out(f"loaded round {i + 1} of {LOADED_ROUNDS}:")
+        fig: dict[str, float] = {}
+        beside = f"{topic}-beside-{i + 1}"                # a busy partition among the idle ones
+        await admin.create_topic(beside, 1, 3, TOPIC_CONFIGS)
+        acked, failed, secs = await produce_batched(cluster.bootstrap, beside, opts.count, opts.size,
+                                                    opts.producer_cfg)
+        one = acked / secs if secs else 0.0
+        out(f"  batched on one partition beside the {r.partitions:,} idle ones: {acked:,} records in {secs:.2f} s = "
+            f"{one:,.0f} records/s" + (f"; {one / single_rate:.2f} of the runs' batched median{alone}"
+                                       if single_rate else "") + (f" ({failed} failed)" if failed else ""))
+        fig["beside_rate"] = one
         if single_rate:
-            once[f"{key}_ratio"] = rate / single_rate
+            fig["beside_ratio"] = one / single_rate
+        await admin.delete_topics([beside])
+        acked, failed, secs = await produce_spread(cluster.bootstrap, topic, count, opts.size, opts.producer_cfg, run)
+        rate = acked / secs if secs else 0.0
+        out(f"  batched over all {r.partitions:,} partitions (runs of {run:,} records, one full batch each, as "
+            f"Kafka's sticky partitioner): {acked:,} records in {secs:.2f} s = {rate:,.0f} records/s; "
+            + (f"{rate / single_rate:.2f} of the runs' batched median" if single_rate else "-")
+            + (f", {rate / one:.2f} of the one partition just before" if one else "")
+            + (f" ({failed} failed)" if failed else ""))
+        fig["multi_rate"] = rate
+        if single_rate:
+            fig["multi_ratio"] = rate / single_rate
+        report.rounds.append(fig)
+    acked, failed, secs = await produce_spread(cluster.bootstrap, topic, opts.count, opts.size, opts.producer_cfg, 1)
+    rate = acked / secs if secs else 0.0
+    out(f"batched over all {r.partitions:,} partitions (round robin, one record each in turn; once): {acked:,} "
+        f"records in {secs:.2f} s = {rate:,.0f} records/s; "
+        + (f"{rate / single_rate:.2f} of the runs' batched median" if single_rate else "-")
+        + (f" ({failed} failed)" if failed else ""))
+    once["rr_rate"] = rate
+    if single_rate:
+        once["rr_ratio"] = rate / single_rate

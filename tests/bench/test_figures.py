@@ -7,6 +7,7 @@ from minibroker.bench.ceiling import parse_ceiling
 from minibroker.bench.figures import Stat, fmt_stat, goal_rows, goal_table, summarize, summary_lines
 from minibroker.bench.partitions import isr_counter_total
 from minibroker.bench.produce import BenchResult
+from minibroker.bench.runner import BenchReport
 
 
 def _ceiling() -> list[str]:
@@ -35,7 +36,24 @@ def test_summary_lines_follow_the_figure_order_align_and_say_when_a_run_missed_a
     assert lines[2] == "  end-to-end p99 (ms)           4.000  [1 of 2 runs]"
     assert summary_lines({}, 1) == []
     stats = summarize([{"batched_rate": 300.0}, {"batched_rate": 100.0}, {"idle_rss_mib": 80.0}])
-    assert summary_lines(stats, 2, once={"idle_rss_mib"})[-1].endswith("  80  [once, after the runs]")
+    assert summary_lines(stats, 2, after={"idle_rss_mib"})[-1].endswith("  80  [once, after the runs]")
+
+
+def test_the_loaded_rounds_after_the_runs_are_summarized_over_the_rounds_and_say_how_many() -> None:
+    report = BenchReport(runs=[{"batched_rate": 900.0}, {"batched_rate": 1000.0}],
+                         once={"idle_cpu_pct": 1.5, "rr_ratio": 0.4},
+                         rounds=[{"beside_rate": 800.0, "multi_rate": 720.0, "multi_ratio": 0.9},
+                                 {"beside_rate": 600.0, "multi_rate": 660.0, "multi_ratio": 1.1},
+                                 {"beside_rate": 700.0, "multi_rate": 560.0, "multi_ratio": 0.8}])
+    stats = report.stats()
+    assert stats["multi_ratio"] == Stat(0.8, 0.9, 1.1, 3)
+    assert stats["batched_rate"] == Stat(900.0, 950.0, 1000.0, 2)
+    assert report.after_runs() == {"idle_cpu_pct": 1, "rr_ratio": 1, "beside_rate": 3, "multi_rate": 3,
+                                   "multi_ratio": 3}
+    lines = summary_lines(stats, 2, after=report.after_runs())
+    assert any(line.endswith("0.80 / 0.90 / 1.10  [3 rounds, after the runs]") and "batched median" in line
+               for line in lines)
+    assert any(line.endswith("1.5  [once, after the runs]") for line in lines)
 
 
 def test_bench_result_figures_leave_out_what_was_not_measured() -> None:

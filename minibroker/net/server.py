@@ -30,6 +30,8 @@ after `failed_auth_delay_ms` (connection.failed.authentication.delay.ms).
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import logging
 import ssl
 from collections import deque
@@ -407,7 +409,7 @@ class ServerConnection(asyncio.Protocol):
             return
         task = self._loop.create_task(self._run(r, ctx, slot, large))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(functools.partial(self._handler_done, r))
 
     def _on_reply(self, reply: Reply, ctx: RequestContext, slot: asyncio.Future, result: Any,
                   error: BaseException | None, large: dict[str, Any] | None) -> None:
@@ -425,6 +427,13 @@ class ServerConnection(asyncio.Protocol):
             self._deliver(ctx, slot, None, exc, large)
             return
         self._deliver(ctx, slot, resp, None, large)
+
+    def _handler_done(self, aw: Awaitable[Any], task: asyncio.Task[None]) -> None:
+        """Triggered when a handler's task ends. Cancelled before its first step (its connection
+        closed), it never awaited the handler's coroutine: that is closed here, never to run."""
+        self._tasks.discard(task)
+        if task.cancelled() and inspect.iscoroutine(aw):
+            aw.close()
 
     def _deliver(self, ctx: RequestContext, slot: asyncio.Future, resp: dict[str, Any] | None,
                  error: BaseException | None, large: dict[str, Any] | None) -> None:

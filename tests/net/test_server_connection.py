@@ -123,3 +123,36 @@ async def test_request_timeout_is_request_timed_out():
     assert e.value.code == ErrorCode.REQUEST_TIMED_OUT
     c.close()
     srv.close()
+
+
+async def test_a_connection_lost_before_a_handler_ran_closes_the_handler_quietly():
+    """A request whose handler task is cancelled before its first step (its connection went in the
+    same turn) leaves no 'coroutine was never awaited' behind: the handler's coroutine is closed."""
+    import gc
+    import socket
+    import warnings
+
+    from minibroker.net.server import ServerConnection
+    from minibroker.protocol.framing import encode_frame
+
+    started = []
+
+    async def handler(ctx, body):
+        started.append(body)
+        return {"next_seq": 0}
+
+    d = Dispatcher({ApiKey.EVENTS: HandlerSpec(handler)}, secret="s3cret", role="broker")
+    a, b = socket.socketpair()
+    loop = asyncio.get_running_loop()
+    _, conn = await loop.create_connection(lambda: ServerConnection(d, "PLAINTEXT"), sock=a)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        conn.data_received(encode_frame({"api": int(ApiKey.EVENTS), "v": 0, "id": 1, "client": "t", "from_seq": 0}))
+        conn.connection_lost(None)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        gc.collect()
+    assert started == []
+    assert not [w for w in caught if "never awaited" in str(w.message)]
+    conn.transport.close()
+    b.close()

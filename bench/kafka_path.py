@@ -5,9 +5,12 @@
 
 Starts a local 3-broker cluster (no fault proxy) and, in alternating rounds, writes
 --records 100-byte records with acks=all to a fresh RF=3 topic led by broker 1
-(min.insync.replicas=2), first with minibroker's producer (`minibroker bench
-produce`'s batched run), then with confluent-kafka through the Kafka listener (its
-`confluent-kafka acks=all batched` run), both with linger.ms=5 and batch.size=262144.
+(min.insync.replicas=2) with minibroker's producer (`minibroker bench produce`'s
+batched run) and with confluent-kafka through the Kafka listener (its `confluent-kafka
+acks=all batched` run), both with linger.ms=5 and batch.size=262144: minibroker's first
+in odd rounds, confluent-kafka's first in even ones (a later run on this VM is slower:
+read rounds in pairs), each topic deleted after its run so that no run competes with
+the kernel writing an earlier one's data back.
 Prints each run's rate, the records per batch the leader stored, and the CPU (user +
 system) each process spent per record: the client (this process, librdkafka's
 threads included), the leader and the two followers. Alternating rounds on one
@@ -65,9 +68,14 @@ def main() -> int:
                 async with Admin(cluster.bootstrap) as admin:
                     await admin.create_topic(topic, -1, -1, {"min.insync.replicas": "2"}, assignments=[[1, 2, 3]])
 
+            async def delete(topic: str) -> None:
+                async with Admin(cluster.bootstrap) as admin:
+                    await admin.delete_topics([topic])
+
             n = args.records
+            kinds = ("minibroker", "confluent-kafka")
             for r in range(args.rounds):
-                for kind in ("minibroker", "confluent-kafka"):
+                for kind in kinds if r % 2 == 0 else kinds[::-1]:
                     topic = f"path-{kind}-{r}"
                     run_async(create(topic))
                     before = {b: cpu_s(p) for b, p in pids.items()}
@@ -82,7 +90,8 @@ def main() -> int:
                     stored = batches_in(f"{cluster.data_dir}/broker-1", topic)
                     per = "  ".join(f"broker {b} {(after[b] - before[b]) / n * 1e6:.2f}" for b in sorted(pids))
                     print(f"{kind:16s} {acked / secs:>11,.0f} records/s, {n / max(stored, 1):,.0f} records a batch; "
-                          f"CPU us a record: client {client / n * 1e6:.2f}  {per}")
+                          f"CPU us a record: client {client / n * 1e6:.2f}  {per}", flush=True)
+                    run_async(delete(topic))
         finally:
             cluster.down(timeout_s=30)
     return 0

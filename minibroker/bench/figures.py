@@ -6,7 +6,7 @@ figure that was skipped is simply absent. Verdicts are taken from the median."""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from minibroker.bench.ceiling import Ceiling
@@ -79,15 +79,14 @@ def fmt_stat(key: str, stat: Stat) -> str:
     return " / ".join(fmt_value(key, v) for v in (stat.min, stat.median, stat.max))
 
 
-def summary_lines(stats: Mapping[str, Stat], runs: int, after: Mapping[str, int] | Collection[str] = ()
-                  ) -> list[str]:
+def summary_lines(stats: Mapping[str, Stat], runs: int, after: Mapping[str, int] | None = None) -> list[str]:
     """The summary block: one line per measured figure, in FIGURES order. Figures in `after` were
-    measured after the runs (a mapping says how many times; a plain collection means once); others
-    say when some run did not measure them."""
+    measured after the runs, that many times; others say when some run did not measure them."""
+    after = after or {}
+
     def note(key: str) -> str:
         if key in after:
-            n = after[key] if isinstance(after, Mapping) else 1
-            return "  [once, after the runs]" if n == 1 else f"  [{n} rounds, after the runs]"
+            return "  [once, after the runs]" if after[key] == 1 else f"  [{after[key]} rounds, after the runs]"
         return "" if stats[key].n == runs else f"  [{stats[key].n} of {runs} runs]"
     rows = [(f"{f.label} ({f.unit})", fmt_stat(f.key, stats[f.key]) + note(f.key)) for f in FIGURES if f.key in stats]
     if not rows:

@@ -36,7 +36,7 @@ def test_summary_lines_follow_the_figure_order_align_and_say_when_a_run_missed_a
     assert lines[2] == "  end-to-end p99 (ms)           4.000  [1 of 2 runs]"
     assert summary_lines({}, 1) == []
     stats = summarize([{"batched_rate": 300.0}, {"batched_rate": 100.0}, {"idle_rss_mib": 80.0}])
-    assert summary_lines(stats, 2, after={"idle_rss_mib"})[-1].endswith("  80  [once, after the runs]")
+    assert summary_lines(stats, 2, after={"idle_rss_mib": 1})[-1].endswith("  80  [once, after the runs]")
 
 
 def test_the_loaded_rounds_after_the_runs_are_summarized_over_the_rounds_and_say_how_many() -> None:

@@ -25,7 +25,7 @@ import time
 from minibroker.bench.e2e import end_to_end
 from minibroker.bench.runner import BENCH_BROKER_CONFIGS, E2E_TOPIC_CONFIGS
 from minibroker.client.producer import Producer
-from minibroker.bench.partitions import cpu_s
+from minibroker.bench.partitions import cpu_s, runqueue_wait
 from minibroker.cli.common import run_async
 from minibroker.client.admin import Admin
 from minibroker.testing.cluster import LocalCluster
@@ -66,9 +66,12 @@ async def sweep(cluster: LocalCluster, rates: list[float], seconds: float, linge
                 rtts_ms.clear()
                 records.clear()
             c0, p0, t0 = {b: cpu_s(p) for b, p in pids.items() if p}, time.process_time(), time.perf_counter()
+            w0 = {b: runqueue_wait(p) for b, p in pids.items() if p}
             r = await end_to_end(cluster.bootstrap, topic, rate=rate, seconds=seconds, size=100, linger_ms=linger_ms)
             wall = time.perf_counter() - t0
             cpu = {b: 100 * (cpu_s(p) - c0[b]) / wall for b, p in pids.items() if p}
+            waits = {b: (w[0] - w0[b][0], w[1] - w0[b][1]) for b, w in
+                     ((b, runqueue_wait(p)) for b, p in pids.items() if p)}
             lat = r.latencies_ms
             print(f"offered {rate:>9,.0f}/s achieved {r.achieved_rate:>9,.0f}/s: p50 {pct(lat, .5):7.3f} ms "
                   f"p90 {pct(lat, .9):7.3f} ms p99 {pct(lat, .99):7.3f} ms max {max(lat, default=0):7.3f} ms; "
@@ -76,6 +79,9 @@ async def sweep(cluster: LocalCluster, rates: list[float], seconds: float, linge
                   f"consumer {100 * r.consumer_cpu_s / (r.send_seconds + r.drain_seconds):.0f}, "
                   + ", ".join(f"broker {b} {v:.0f}" for b, v in sorted(cpu.items()))
                   + (f"; {r.failed} failed ({r.first_error})" if r.failed else ""), flush=True)
+            brokers = ", ".join(f"broker {b} {w / max(n, 1) * 1e6:,.0f} us ({100 * w / wall:.0f} %)"
+                                for b, (w, n) in sorted(waits.items()))
+            print(f"  {r.wait_line()}; {brokers}", flush=True)
             if rtts_ms and records:
                 print(f"  {len(rtts_ms):,} produce requests of {sum(records) / len(records):,.0f} records on average: "
                       f"round trip p50 {pct(rtts_ms, .5):.3f} ms, p90 {pct(rtts_ms, .9):.3f} ms, "

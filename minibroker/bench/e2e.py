@@ -30,7 +30,9 @@ the consumer prints `ready` once its position is known; the producer writes
 `start WARM_NS` when its clock starts (records sent before WARM_NS are not counted)
 and `end OFFSET` once it has flushed (the consumer stops when it has read up to
 OFFSET, or DRAIN_S later). The consumer then writes its latencies, float64 ms in
-arrival order, to the file it was given and prints `done RECEIVED LAST_POLL_NS CPU_S`.
+arrival order, to the file it was given and prints `done RECEIVED LAST_POLL_NS CPU_S WAIT_S WAKEUPS`
+(its CPU time, its time runnable but waiting for a core, and the times it got one, from the
+producer's start to its last poll).
 """
 from __future__ import annotations
 
@@ -43,6 +45,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+from minibroker.bench.partitions import runqueue_wait
 from minibroker.client.accumulator import ProducerBatch
 from minibroker.client.consumer import Consumer
 from minibroker.client.producer import Producer
@@ -70,6 +73,19 @@ class EndToEnd:
     failed: int = 0                 # records the producer could not write (never to come back)
     first_error: str = ""
     consumer_cpu_s: float = 0.0     # the consumer process's CPU time from the producer's start to its last poll
+    consumer_wait_s: float = 0.0    # ... its time runnable but waiting for a core (/proc/self/schedstat)
+    consumer_wakeups: int = 0       # ... the times it was put on a core
+    producer_wait_s: float = 0.0    # this process's (the producer's) wait for a core while it sent
+    producer_wakeups: int = 0
+
+    def wait_line(self) -> str:
+        """How long the producer and the consumer each waited for a core per wake-up, on average."""
+        def one(name: str, wait_s: float, wakeups: int, span_s: float) -> str:
+            return (f"{name} {wait_s / max(wakeups, 1) * 1e6:,.0f} us per wake-up "
+                    f"({100 * wait_s / span_s if span_s else 0:.0f} % of the run)")
+        return ("waiting for a core: " + one("producer", self.producer_wait_s, self.producer_wakeups, self.send_seconds)
+                + ", " + one("consumer", self.consumer_wait_s, self.consumer_wakeups,
+                             self.send_seconds + self.drain_seconds))
 
     @property
     def achieved_rate(self) -> float:
@@ -105,6 +121,7 @@ async def end_to_end(bootstrap: str, topic: str, *, rate: float, seconds: float,
                         failed += len(batch)
                         first_error = first_error or str(err)
                 p.on_batch_done = done
+                wait_before = runqueue_wait("self")
                 start = time.perf_counter()
                 warm_ns = time.perf_counter_ns() + int(min(WARMUP_S, seconds / 5) * 1e9)
                 proc.stdin.write(b"start %d\n" % warm_ns)
@@ -117,14 +134,16 @@ async def end_to_end(bootstrap: str, topic: str, *, rate: float, seconds: float,
                         sent += 1
                     await asyncio.sleep(TICK_S)
                 send_seconds = time.perf_counter() - start
+                wait_after = runqueue_wait("self")
                 last = await p.send_and_wait(topic, STAMP.pack(0) + pad, partition=0)    # ordered after the rest
             proc.stdin.write(b"end %d\n" % last.offset)
             await proc.stdin.drain()
             line = await asyncio.wait_for(proc.stdout.readline(), DRAIN_S + READY_S)
             words = line.split()
-            if len(words) != 4 or words[0] != b"done":
+            if len(words) != 6 or words[0] != b"done":
                 raise RuntimeError(f"the consumer process failed (said {line!r})")
             received, last_poll_ns, consumer_cpu_s = int(words[1]), int(words[2]), float(words[3])
+            consumer_wait_s, consumer_wakeups = float(words[4]), int(words[5])
             lat = array.array("d")
             with open(out_path, "rb") as f:
                 lat.frombytes(f.read())
@@ -138,7 +157,8 @@ async def end_to_end(bootstrap: str, topic: str, *, rate: float, seconds: float,
                     await proc.wait()
     drain = (last_poll_ns / 1e9 - start - send_seconds) if last_poll_ns else 0.0
     return EndToEnd(rate, sent, send_seconds, lat.tolist(), received, max(0.0, drain), failed, first_error,
-                    consumer_cpu_s)
+                    consumer_cpu_s, consumer_wait_s, consumer_wakeups, wait_after[0] - wait_before[0],
+                    wait_after[1] - wait_before[1])
 
 
 async def consume(bootstrap: str, topic: str, out_path: str) -> None:
@@ -152,13 +172,14 @@ async def consume(bootstrap: str, topic: str, out_path: str) -> None:
     end: int | None = None
     give_up = float("inf")
     cpu_start = 0.0
+    wait_start = (0.0, 0)
 
     async def commands() -> None:
-        nonlocal warm_ns, end, give_up, cpu_start
+        nonlocal warm_ns, end, give_up, cpu_start, wait_start
         while line := await stdin.readline():
             word, value = line.split()
             if word == b"start":
-                warm_ns, cpu_start = int(value), time.process_time()
+                warm_ns, cpu_start, wait_start = int(value), time.process_time(), runqueue_wait("self")
             elif word == b"end":
                 end, give_up = int(value), time.perf_counter() + DRAIN_S
         give_up = min(give_up, time.perf_counter())           # the producer is gone
@@ -193,9 +214,11 @@ async def consume(bootstrap: str, topic: str, out_path: str) -> None:
         received = read - markers - (1 if end is not None and position > end else 0)
         reader.cancel()
         cpu_s = time.process_time() - cpu_start
+        wait_s, wakeups = runqueue_wait("self")
     with open(out_path, "wb") as f:
         lat.tofile(f)
-    sys.stdout.write(f"done {received} {last_poll_ns} {cpu_s:.3f}\n")
+    sys.stdout.write(f"done {received} {last_poll_ns} {cpu_s:.3f} {wait_s - wait_start[0]:.6f} "
+                     f"{wakeups - wait_start[1]}\n")
     sys.stdout.flush()
 
 

@@ -37,6 +37,15 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")        # utime + stime
 
 
+def runqueue_wait(pid: int | str) -> tuple[float, int]:
+    """Seconds the process's main thread (its event loop) has waited runnable for a core, and the
+    times it was put on one (/proc/PID/schedstat; "self" for this process). Their ratio is the mean
+    wait per wake-up: on a machine with fewer cores than busy processes, the queueing every hop pays."""
+    with open(f"/proc/{pid}/schedstat", encoding="ascii") as f:
+        _run_ns, wait_ns, slices = f.read().split()
+    return int(wait_ns) / 1e9, int(slices)
+
+
 def rss_mib(pid: int) -> float:
     with open(f"/proc/{pid}/status", encoding="ascii") as f:
         for line in f:

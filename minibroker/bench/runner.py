@@ -207,6 +207,7 @@ async def _e2e(opts: BenchOptions, admin: Admin, bootstrap: str, topic: str, fig
                      f"and consumer together did not keep up with this rate")
     out(f"end-to-end at {rate:,.0f} records/s (half the batched rate): p50 {p50:.3f} ms, p99 {p99:.3f} ms"
         + (f" ({'; '.join(notes)})" if notes else ""))
+    out(f"  {r.wait_line()}")
     fig.update(e2e_rate=rate, e2e_p50_ms=p50, e2e_p99_ms=p99)
 
 

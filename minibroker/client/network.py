@@ -119,17 +119,24 @@ class ClientNetwork:
         finally:
             self._connecting.pop(key, None)
         self._failures.pop(address, None)
+        conn.callback_failed = partial(self._callback_failed, conn, channel)
         self._conns[key] = conn
         fut.set_result(conn)
         return conn
 
     def connected(self, node_id: int, channel: str = "data") -> bool:
         """Whether a request to `node_id` would be written at once on a live connection."""
+        return self.live_connection(node_id, channel) is not None
+
+    def live_connection(self, node_id: int, channel: str = "data") -> Connection | None:
+        """The live connection a request to `node_id` would be written on at once, or None. A callback
+        request written on it directly (`Connection.send_request`) has its failures handled as
+        `send_request` handles them: the connection's `callback_failed` is this network's."""
         node = self.cache.brokers.get(node_id)
         if node is None or self.closed:
-            return False
+            return None
         conn = self._conns.get((node.host, node.port, channel))
-        return conn is not None and not conn.closed
+        return None if conn is None or conn.closed else conn
 
     def ready_delay_ms(self, node_id: int, wake: Callable[[], None], channel: str = "data") -> int:
         """Kafka's NetworkClient.ready and connectionDelay in one, asked by the producer's sender
@@ -209,15 +216,10 @@ class ClientNetwork:
         if conn is None or conn.closed:
             asyncio.ensure_future(self._request_to_callback(node_id, api, body, on_done, channel, timeout_ms))
             return
-        conn.send_request(api, body, partial(self._answered, conn, channel, on_done),
-                          timeout_ms=timeout_ms or self.request_timeout_ms)
+        conn.send_request(api, body, on_done, timeout_ms=timeout_ms or self.request_timeout_ms)
 
-    def _answered(self, conn: Connection, channel: str, on_done: Callback,
-                  resp: dict[str, Any] | None, error: KafkaError | None) -> None:
-        """A `send_request` answer or failure arrived from `conn`."""
-        if error is None:
-            on_done(resp, None)
-            return
+    def _callback_failed(self, conn: Connection, channel: str, on_done: Callback, error: KafkaError) -> None:
+        """A callback request on `conn` (ours, for `channel`) timed out or lost its connection."""
         self._drop(conn, channel)
         if self.ssl_context is None and error.code == ErrorCode.NETWORK_EXCEPTION and not conn.received_any:
             asyncio.ensure_future(self._tls_check_then(conn, error, on_done))

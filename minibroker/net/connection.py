@@ -8,7 +8,10 @@ the client library, follower fetchers and the broker's controller channel.
 
 A request is awaited (`request`) or answered through a callback
 (`send_request`: the producer's sender, which takes the answer in the read
-callback that decoded it, with no task to wake). Timeouts share one loop
+callback that decoded it, with no task to wake). A callback request that
+fails (timed out, connection lost) goes to the connection's
+`callback_failed` hook when its owner set one (ClientNetwork: it drops the
+connection first), else to the callback itself. Timeouts share one loop
 timer per connection, armed for the earliest deadline pending, instead of
 a timer per request.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import ssl
+import struct
 from typing import Any
 from collections.abc import Callable
 
@@ -38,6 +42,9 @@ except ImportError:  # pragma: no cover - the C extension was not built
 # Called with (response, None) when the answer is read, or (None, error) when the request
 # times out (REQUEST_TIMED_OUT) or its connection is lost (NETWORK_EXCEPTION).
 Callback = Callable[[dict[str, Any] | None, KafkaError | None], None]
+# A connection's `callback_failed` hook: called with (the request's callback, the error) instead of
+# callback(None, error), so its owner can react to the failure before passing it on.
+CallbackFailed = Callable[[Callback, KafkaError], None]
 
 # A request body its sender encoded itself, (entries, parts): `parts`, joined, are the msgpack
 # encoding of `entries` key/value pairs (a map's entries without the map's header), which the
@@ -45,6 +52,8 @@ Callback = Callable[[dict[str, Any] | None, KafkaError | None], None]
 # one is made per Produce request, and a NamedTuple costs several times more to make.
 EncodedBody = tuple[int, tuple[bytes, ...]]
 Body = dict[str, Any] | EncodedBody
+
+_LENGTH = struct.Struct(">I").pack      # a frame's length prefix
 
 # A deadline within this many seconds of the loop's time has passed: loop timers are
 # millisecond-grained and may fire that much before the time they were set for.
@@ -81,13 +90,15 @@ class Connection:
         self._max_frame_bytes = max_frame_bytes
         self._whole_frames = True           # Invariant: the decoder holds no partial frame
         self._packer = msgpack.Packer(use_bin_type=True)     # encode_frame's packer, made once
-        # (api, body entries) -> the map's header and its header entries up to the "id" key, encoded
-        self._heads: dict[tuple[int, int], bytes] = {}
+        # body entries << 16 | api -> the map's header and its header entries up to the "id" key, encoded
+        self._heads: dict[int, bytes] = {}
         self._client_entry = self._packer.pack("client") + self._packer.pack(client_id)
+        self._client_entry_size = len(self._client_entry)
         self._transport: asyncio.Transport | None = None
         self.closed = False
         self.close_reason = ""
         self.received_any = False     # a peer that closes before sending a byte may speak TLS (net/tls.py)
+        self.callback_failed: CallbackFailed | None = None     # set by the owner, see the module's comment
         self._loop: asyncio.AbstractEventLoop | None = None      # Invariant: the loop it was opened on, once open
 
     @classmethod
@@ -138,12 +149,16 @@ class Connection:
             data = packer.pack({"api": int(api), "v": 0, "id": cid, "client": self.client_id, **body})
             return cid, len(data).to_bytes(4, "big") + data
         entries, body_parts = body
-        head = self._heads.get((api, entries))
+        key = entries << 16 | api           # a plain int (api keys are int16): an ApiKey member hashes in Python
+        head = self._heads.get(key)
         if head is None:
-            head = self._heads[(int(api), entries)] = packer.pack_map_header(4 + entries) + b"".join(
+            head = self._heads[key] = packer.pack_map_header(4 + entries) + b"".join(
                 map(packer.pack, ("api", int(api), "v", 0, "id")))
-        parts = (head, packer.pack(cid), self._client_entry, *body_parts)
-        return cid, b"".join((sum(map(len, parts)).to_bytes(4, "big"), *parts))
+        cid_bytes = packer.pack(cid)
+        size = len(head) + len(cid_bytes) + self._client_entry_size
+        for part in body_parts:             # summed rather than joined twice: a body may be megabytes
+            size += len(part)
+        return cid, b"".join([_LENGTH(size), head, cid_bytes, self._client_entry, *body_parts])
 
     def _track(self, cid: int, timeout_ms: int, fut: asyncio.Future | None, callback: Callback | None) -> None:
         """A request is about to be written: remember it, with the timer covering its deadline."""
@@ -151,10 +166,14 @@ class Connection:
         deadline = loop.time() + timeout_ms / 1000
         self._pending[cid] = (deadline, timeout_ms, fut, callback)
         if self._timer is None or deadline < self._timer_at:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer_at = deadline
-            self._timer = loop.call_at(deadline, self._expire)
+            self._arm(loop, deadline)
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+        """The timer, for `deadline`: earlier than it was armed for, or not armed."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = deadline
+        self._timer = loop.call_at(deadline, self._expire)
 
     async def request(self, api: ApiKey | int, body: Body, *, timeout_ms: int = 30_000) -> dict[str, Any]:
         """Send one request and wait for its response (or a KafkaError)."""
@@ -171,10 +190,15 @@ class Connection:
     def send_request(self, api: ApiKey | int, body: Body, on_done: Callback, *,
                      timeout_ms: int = 30_000) -> None:
         """Send one request now; `on_done(response, None)` runs in the read callback that
-        decodes its answer, `on_done(None, error)` in a later loop turn if it times out or the
-        connection is lost. Raises KafkaError (NETWORK_EXCEPTION) only if the connection is closed."""
+        decodes its answer, `on_done(None, error)` (or `callback_failed(on_done, error)`) in a
+        later loop turn if it times out or the connection is lost. Raises KafkaError
+        (NETWORK_EXCEPTION) only if the connection is closed."""
         cid, frame = self._frame(api, body)
-        self._track(cid, timeout_ms, None, on_done)
+        loop = self._loop or asyncio.get_running_loop()         # _track's work, one call less per request
+        deadline = loop.time() + timeout_ms / 1000
+        self._pending[cid] = (deadline, timeout_ms, None, on_done)
+        if self._timer is None or deadline < self._timer_at:
+            self._arm(loop, deadline)
         assert self._transport is not None
         try:
             self._transport.write(frame)
@@ -213,10 +237,16 @@ class Connection:
                 fut.set_exception(error)
         elif callback is not None:
             loop = self._loop
+            failed = self.callback_failed
             if loop is None or loop.is_closed():
-                callback(None, error)
-            else:
+                if failed is None:
+                    callback(None, error)
+                else:
+                    failed(callback, error)
+            elif failed is None:
                 loop.call_soon(callback, None, error)
+            else:
+                loop.call_soon(failed, callback, error)
 
     def _on_data(self, data: bytes) -> None:
         self.received_any = True

@@ -11,8 +11,9 @@ the clock, the sockets and the futures, which it keeps in each batch's
 Must not know how batches are encoded or sent, nor what a broker answered
 beyond "retry this batch" (`reenqueue`) or "done" (`release`): each batch
 appends its records to a builder made by the injected `new_builder`
-factory (the record format's, see minibroker.records.new_builder) and asks
-it for the bytes once (`encoded`).
+factory (the record format's, see minibroker.records.new_builder; given
+producer id, epoch and base sequence for a batch stamped when it is made,
+`take_alone`) and asks it for the bytes once (`encoded`).
 Mirrors Kafka's RecordAccumulator (ready / drain / reenqueue / expiredBatches).
 """
 from __future__ import annotations
@@ -193,7 +194,7 @@ class RecordAccumulator:
     def __init__(self, *, batch_size: int = 16384, linger_ms: int = 5, buffer_memory: int = 33_554_432,
                  delivery_timeout_ms: int = 120_000, backoff: Backoff = _DEFAULT_BACKOFF,
                  new_waiter: Callable[[], Any] | None = None,
-                 new_builder: Callable[[], Builder] | None = None, decode: Decoder | None = None,
+                 new_builder: Callable[..., Builder] | None = None, decode: Decoder | None = None,
                  rand: Callable[[], float] = random.random) -> None:
         self.batch_size = batch_size
         self.linger_ms = linger_ms
@@ -345,6 +346,42 @@ class RecordAccumulator:
         batch.closed = True
         del self.open_batches[tp]             # sendable_alone: it was the partition's open batch
         batch.attempts += 1
+
+    def take_alone(self, tp: TopicPartition, key: bytes | None, value: bytes | None, timestamp_ms: int,
+                   size: int, producer_state: tuple[int, int, int] | None = None) -> tuple[ProducerBatch, bytes] | None:
+        """`append`, `sendable_alone` and `take` in one for a record sent at once (send_and_wait's),
+        with `timestamp_ms` as now: when nothing is queued, a batch of this one record, taken as `take`
+        takes it and its bytes built, or None (nothing changed) when `append` would raise BufferFull or
+        `ready` would not find the new batch sendable now. `size` is `record_size(key, value, None)`;
+        `producer_state` (producer id, epoch, base sequence) is stamped in as `set_producer_state` would,
+        for which `new_builder` takes them as arguments (the producer's does)."""
+        if self.queued_count or tp in self._muted or self.delivery_timeout_ms <= 0:
+            return None
+        if self.buffered_bytes + size > self.buffer_memory and self.buffered_bytes:
+            return None
+        total = BATCH_OVERHEAD + size
+        if not (self.linger_ms <= 0 or total >= self.batch_size or self.flushing > 0 or self.closing
+                or self.memory_waiters > 0):
+            return None
+        if producer_state is None:
+            builder = self.new_builder()
+        else:
+            builder = self.new_builder(*producer_state)
+        builder.append(0, timestamp_ms, key, value, NO_HEADERS)
+        batch = ProducerBatch(tp, self.batch_size, timestamp_ms,
+                              None if self.new_waiter is None else self.new_waiter(), builder, self.decode)
+        batch.count = 1
+        batch.first_ts = batch.max_ts = timestamp_ms
+        batch.size = total
+        batch.attempts = 1
+        if producer_state is not None:
+            batch.producer_id, batch.producer_epoch, batch.base_seq = producer_state
+        encoded = batch.encoded()
+        self.buffered_bytes += total
+        if tp not in self._queues:          # as `append`: the partition's place in drain's rotation
+            self._queues[tp] = deque()
+        self._drain_index += 1
+        return batch, encoded
 
     def reenqueue(self, batch: ProducerBatch, now_ms: int) -> None:
         """A sent batch failed retriably: back to the front of its queue, after a back-off."""

@@ -62,7 +62,7 @@ from minibroker.client.accumulator import (NO_DELAY_BOUND, NO_HEADERS, RECORD_OV
 from minibroker.client.config import PRODUCER_DEFAULTS, client_config, parse_acks
 from minibroker.config import ConfigError
 from minibroker.client.network import ClientNetwork
-from minibroker.net.connection import Body, EncodedBody
+from minibroker.net.connection import Body, Connection, EncodedBody
 from minibroker.client.partitioner import StickyPartitioner, partition_for_key
 from minibroker.client.retry import Backoff, decide_retry
 from minibroker.client.types import RecordMetadata, TopicPartition
@@ -137,13 +137,14 @@ except ImportError:  # pragma: no cover - the C extension was not built
     _metadata = RecordMetadata
 
 
-def _builder_factory(compression: int) -> Callable[[], Any]:
-    """What makes a batch's builder: records.new_builder(compression), or for uncompressed batches
-    the C builder's class itself where it was built (the same builder, two Python calls less)."""
+def _builder_factory(compression: int) -> Callable[..., Any]:
+    """What makes a batch's builder, given nothing or (producer id, epoch, base sequence):
+    records.new_builder(compression, ...), or for uncompressed batches the C builder's class
+    itself where it was built (the same builder, two Python calls less)."""
     builder_class = getattr(records, "RecordsBuilder", None)
     if compression == NO_COMPRESSION and builder_class is not None:
         return builder_class  # type: ignore[no-any-return]
-    return lambda: new_builder(compression)
+    return lambda *producer_state: new_builder(compression, *producer_state)
 
 
 def _park(batch: ProducerBatch, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
@@ -515,13 +516,65 @@ class Producer:
                             partition: int | None = None, headers: Iterable[tuple[str, bytes | None]] | None = None,
                             timestamp_ms: int | None = None) -> RecordMetadata:
         """`await (await send(...))`, with the sender's work done now rather than in a later loop turn:
-        this task waits next. A wake-up for the sender would only ask for the pass `_send_now` runs."""
+        this task waits next. A wake-up for the sender would only ask for the pass `_send_now` runs.
+
+        The common case is taken in one pass: nothing queued, the topic known, no headers or timestamp,
+        the partition given or chosen by key (or the only one), and the record would go alone at once
+        (`_send_now`'s fast case: its leader connected with a free request slot, `linger.ms` passed);
+        then its batch is made, taken and written here (RecordAccumulator.take_alone) as `_send` and
+        `_send_now` would have. Everything else goes through them."""
+        acc = self.acc
+        tps = self._tps.get(topic)
+        if (tps is not None and not acc.queued_count and self._running and not self._in_pass and self.acks
+                and not headers and timestamp_ms is None):
+            n = len(tps)
+            if partition is not None:
+                p = partition
+            elif key is not None and not self.ignore_keys:
+                p = partition_for_key(key, n)
+            else:
+                p = 0 if n == 1 else -1                  # -1: the sticky partitioner's choice, in _send
+            size = RECORD_OVERHEAD + (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+            if 0 <= p < n and size <= self.max_request_size:
+                tp = tps[p]
+                net = self.net
+                node = net.cache.leader_id(tp)
+                conn = None if node is None or self._in_flight.get(node, 0) >= self.max_in_flight \
+                    else net.live_connection(node)
+                if conn is not None and (not self.idempotent or self._producer_id >= 0):
+                    taken = acc.take_alone(tp, key, value, self._now_ms(), size, None if not self.idempotent else (
+                        self._producer_id, self._producer_epoch, self._next_seq.get(tp, 0)))
+                    if taken is not None:
+                        return await self._write_alone(node, conn, *taken)
         fut = await self._send(topic, value, key, partition, headers, timestamp_ms, False)
         batch = fut._batch
         self._send_now(batch)
         if batch.outcome is None:         # `await fut`, parked on the producer's loop (asking for the running
             await _park(batch, self._loop)  # type: ignore[arg-type]   # loop costs a getpid syscall)
         return fut.result()
+
+    async def _write_alone(self, node: int, conn: Connection, batch: ProducerBatch, records: bytes) -> RecordMetadata:
+        """send_and_wait's batch `take_alone` took for `node`: as `_send_now` then `_drained` and `_write`
+        would, its sequence counted, its request written on `conn`; then the record's outcome."""
+        if batch.base_seq >= 0:
+            self._next_seq[batch.tp] = (batch.base_seq + 1) & 0x7FFFFFFF
+        if self._pass_handle is not None:        # as `_send_now`: nothing is left queued to pass over
+            self._pass_handle.cancel()
+            self._pass_handle = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._in_flight[node] = self._in_flight.get(node, 0) + 1
+        self._incomplete.add(batch)
+        if self.max_in_flight == 1:
+            self.acc.mute(batch.tp)
+        conn.send_request(_PRODUCE, self._encoder.body(batch.tp, records), partial(self._answered, node, [batch]),
+                          timeout_ms=self.request_timeout_ms + 5000)
+        if batch.outcome is None:
+            fut = self._loop.create_future()  # type: ignore[union-attr]
+            batch.parked = [fut]
+            await fut
+        return RecordFuture(batch, 0).result()
 
     async def _wait_for_space(self) -> None:
         self.acc.memory_waiters += 1

@@ -323,7 +323,8 @@ class PartitionLog:
     def append_batches_as_follower(self, batches: bytes | bytearray | memoryview, *, now_ms: int | None = None
                                    ) -> tuple[int, list[BatchHeader]]:
         """`append_as_follower`, with the headers of the batches appended (parsed once, for the caller)."""
-        if len(batches) == 0:
+        size = len(batches)
+        if size == 0:
             return self.log_end_offset - 1, []
         headers = batch_headers(batches)
         leo = expected = self.log_end_offset
@@ -353,7 +354,7 @@ class PartitionLog:
                 self._check_open()
             if self.log_end_offset != leo:
                 raise UnexpectedAppendOffset(self.log_end_offset, leo)
-            self._maybe_roll_locked(len(batches), expected - 1, now_ms)
+            self._maybe_roll_locked(size, expected - 1, now_ms)
             if latest is None or latest[0] != prev_epoch or latest[1] > leo \
                     or headers[0].leader_epoch != prev_epoch:      # else every assign is a no-op
                 before = cache.version
@@ -361,7 +362,7 @@ class PartitionLog:
                     cache.assign(h.leader_epoch, h.base_offset)
                 if cache.version != before:
                     self._assigned_from_batches(before)
-            self._segments[-1].append(batches, appended, expected, len(batches))
+            self._segments[-1].append(batches, appended, expected, size)
             self.log_end_offset = expected
         return expected - 1, headers
 
@@ -388,13 +389,18 @@ class PartitionLog:
 
     def _maybe_roll_locked(self, incoming_bytes: int, incoming_last_offset: int, now_ms: int | None) -> bool:
         active = self._segments[-1]
-        if active.size == 0:
+        size = active.size
+        if size == 0:
             return False
-        if not (active.size > self.config.segment_bytes - incoming_bytes
-                or incoming_last_offset - active.base_offset > _I32_MAX):
-            rolling_base = active.rolling_base_ms
+        cfg = self.config
+        if not (size > cfg.segment_bytes - incoming_bytes or incoming_last_offset - active.base_offset > _I32_MAX):
+            rolling_base = active.first_batch_timestamp     # active.rolling_base_ms, inline: once per append
+            if rolling_base is None:
+                return False
+            if rolling_base < active.created_ms:
+                rolling_base = active.created_ms
             now = self._clock() if now_ms is None else now_ms
-            if rolling_base is None or now - rolling_base <= self.config.segment_ms:
+            if now - rolling_base <= cfg.segment_ms:
                 return False
         self._roll_locked()
         return True

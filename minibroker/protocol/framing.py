@@ -184,7 +184,7 @@ class FrameDecoder:
     256 KiB batch arrives in a few reads). A bytearray appended to and cut from the front copies a
     large frame twice more.
 
-    Invariant: `_chunks` holds the bytes received and not yet handed out, in order, `_size` of them,
+    Invariant: `_chunks` holds the bytes received and not yet handed out, in order, `buffered` of them,
     never more than one partial frame's bytes beyond what was already returned and at most
     `max_frame_bytes + 4` of them plus the last chunk received.
     """
@@ -192,7 +192,7 @@ class FrameDecoder:
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self.max_frame_bytes = max_frame_bytes
         self._chunks: deque[bytes | memoryview] = deque()
-        self._size = 0
+        self.buffered = 0                   # (read it, never set it: the bytes held, see the invariant)
 
     def feed(self, data: bytes) -> list[dict[str, Any]]:
         self.push(data)
@@ -205,12 +205,12 @@ class FrameDecoder:
         """Buffer bytes without decoding them (the server decodes as its request window allows)."""
         if data:
             self._chunks.append(data)
-            self._size += len(data)
+            self.buffered += len(data)
 
     def pop_raw(self) -> bytes | memoryview | None:
         """The next complete frame's body, undecoded (a view where it lies in one received chunk),
         or None if none is complete yet."""
-        size = self._size
+        size = self.buffered
         if size < 4:
             return None
         chunks = self._chunks
@@ -231,7 +231,7 @@ class FrameDecoder:
             chunks.popleft()
         else:
             chunks[0] = view[end:]
-        self._size = size - end
+        self.buffered = size - end
         return body
 
     def _join(self) -> bytes:
@@ -240,10 +240,6 @@ class FrameDecoder:
         self._chunks.clear()
         self._chunks.append(joined)
         return joined
-
-    @property
-    def buffered(self) -> int:
-        return self._size
 
 
 # Bodies above this size are decoded in chunks of at most this many bytes of

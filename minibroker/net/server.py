@@ -47,8 +47,8 @@ from minibroker.net.scram import ScramCredential
 from minibroker.net.tcp import set_nodelay
 from minibroker.protocol.api import HEADER, REQUESTS, ApiKey
 from minibroker.protocol.framing import (CHUNK_BYTES, DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FramingError, decode_body,
-                                         decode_body_chunked, decodes_inline, encode_frame, encode_frame_chunked,
-                                         frame_parts, response_entries)
+                                         decode_body_chunked, decode_map_or_none, decodes_inline, encode_frame,
+                                         encode_frame_chunked, frame_parts, response_entries)
 from minibroker.protocol.schema import SchemaError, validate, validator
 
 log = logging.getLogger("minibroker.net")
@@ -338,11 +338,13 @@ class ServerConnection(asyncio.Protocol):
         slot: Slot = [_PENDING]
         self._slots.append(slot)
         if len(body) <= CHUNK_BYTES or decodes_inline(body):
-            try:
-                msg = decode_body(body)
-            except FramingError as exc:
-                self.abort(f"framing error: {exc}")
-                return
+            msg = decode_map_or_none(body)
+            if msg is None:
+                try:
+                    msg = decode_body(body)
+                except FramingError as exc:
+                    self.abort(f"framing error: {exc}")
+                    return
             if not self._undispatched:
                 self._on_request(msg, slot, None)
             else:

@@ -33,7 +33,11 @@ class FramingError(Exception):
 
 
 def encode_frame(message: dict[str, Any]) -> bytes:
-    body = _packer().pack(message)
+    try:
+        packer = _PACKERS.p                 # (_packer's common case, without its call)
+    except AttributeError:
+        packer = _packer()
+    body = packer.pack(message)
     return _LEN.pack(len(body)) + body
 
 
@@ -48,7 +52,11 @@ def frame_parts(message: dict[str, Any]) -> list[bytes]:
     not copied again; a message with large record batches (`records_bytes`) as the msgpack around each
     batch and the batch itself, which is not copied at all (the same bytes on the wire)."""
     if records_bytes(message) < BLOB_FRAME_BYTES:
-        body = _packer().pack(message)
+        try:
+            packer = _PACKERS.p
+        except AttributeError:
+            packer = _packer()
+        body = packer.pack(message)
         return [_LEN.pack(len(body)), body]
     return _frame_around_blobs(message)
 
@@ -160,6 +168,10 @@ except ImportError:  # pragma: no cover - the C extension was not built
     def _decode_map(data: bytes | bytearray | memoryview, /) -> dict[str, Any] | None:
         return None
 
+# `decode_body`'s first step, for a caller on the per-request path: the map, or None where
+# decode_body must decide (it also raises FramingError).
+decode_map_or_none = _decode_map
+
 
 def decode_body(body: bytes | memoryview) -> dict[str, Any]:
     obj = _decode_map(body)
@@ -195,6 +207,12 @@ class FrameDecoder:
         self.buffered = 0                   # (read it, never set it: the bytes held, see the invariant)
 
     def feed(self, data: bytes) -> list[dict[str, Any]]:
+        if not self._chunks and len(data) > 4:
+            # One whole frame and nothing buffered (a response read at once): what push and
+            # pop_raw would do, without their calls.
+            (length,) = _LEN.unpack_from(data, 0)
+            if len(data) == 4 + length and length <= self.max_frame_bytes:
+                return [decode_body(memoryview(data)[4:])]
         self.push(data)
         out: list[dict[str, Any]] = []
         while (body := self.pop_raw()) is not None:

@@ -461,15 +461,22 @@ class ReplicaFetcher:
                 if st is None or states.get(key) is not st:
                     continue            # removed or restarted while the request was in flight
                 part = st.partition
+                core = st.core
                 written = 0
-                for action in st.core.on_fetch_answer(fetch_answer(e), st.view(), now):
-                    if isinstance(action, Append):
-                        n = self._append(st, e.get("records") or b"", now)
-                        if n is None:
+                for action in core.on_fetch_answer(fetch_answer(e), st.view(), now):
+                    if isinstance(action, Append):      # verbatim; a refusal backs the core off
+                        try:
+                            written = part.append_as_follower(e.get("records") or b"", now)
+                        except UnexpectedAppendOffset as exc:
+                            core.on_error(exc.code, now, str(exc))
                             break
-                        written = n
-                        if n:
+                        except KafkaError as exc:
+                            core.on_error(exc.code, now, exc.message)
+                            break
+                        if written:
                             appended.append(part)
+                            if core.stuck is not None:      # else on_appended does nothing
+                                core.on_appended(written, now)
                     elif isinstance(action, UpdateHighWatermark):
                         old_hw = part.update_follower_hw(action.leader_hw, action.leader_log_start, now)
                         progress.append((st, old_hw, written))
@@ -498,19 +505,6 @@ class ReplicaFetcher:
             last.changes = hooks.state_changes()     # the reports moved no Fetch entry: the next build need not look
 
     # ------------------------------------------------------------ carrying actions out
-
-    def _append(self, st: FetchState, records: bytes, now: int) -> int | None:
-        """Append: the bytes written, or None when the log refused them (the core backs off)."""
-        try:
-            n = st.partition.append_as_follower(records, now)
-        except UnexpectedAppendOffset as exc:
-            st.core.on_error(exc.code, now, str(exc))
-            return None
-        except KafkaError as exc:
-            st.core.on_error(exc.code, now, exc.message)
-            return None
-        st.core.on_appended(n, now)
-        return n
 
     def _carry_truncation(self, st: FetchState, action: Action, now: int) -> None:
         part = st.partition

@@ -59,19 +59,21 @@ class TailCache:
         if chunks and chunks[-1][1] != first:
             self.clear()
         n = len(data)
-        size, used, limit = self._size, budget.used, budget.max_bytes
-        while chunks and (size + n > self.max_bytes or used + n > limit):     # the oldest make room
-            self._firsts.popleft()
-            m = len(chunks.popleft()[2])
-            size -= m
-            used -= m
-        self._size, budget.used = size, used
-        if n > self.max_bytes or used + n > limit:
-            return        # too big to keep: reads of it go to the log
+        size, used = self._size + n, budget.used + n         # with this chunk
+        if size > self.max_bytes or used > budget.max_bytes:
+            firsts, limit = self._firsts, budget.max_bytes
+            while chunks and (size > self.max_bytes or used > limit):     # the oldest make room
+                firsts.popleft()
+                m = len(chunks.popleft()[2])
+                size -= m
+                used -= m
+            if n > self.max_bytes or used > limit:
+                self._size, budget.used = size - n, used - n
+                return        # too big to keep: reads of it go to the log
         self._firsts.append(first)
         chunks.append((first, next_offset, data))
-        self._size = size + n
-        budget.used = used + n
+        self._size = size
+        budget.used = used
 
     def truncate(self, end_offset: int) -> None:
         """Triggered by a log truncation: forget chunks holding offsets >= end_offset."""

@@ -46,15 +46,19 @@ from minibroker.net.sasl import SaslServerSession, server_credential
 from minibroker.net.scram import ScramCredential
 from minibroker.net.tcp import set_nodelay
 from minibroker.protocol.api import HEADER, REQUESTS, ApiKey
-from minibroker.protocol.framing import (DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FramingError, decode_body,
-                                         decode_body_chunked, decodes_inline, encode_frame, encode_frame_chunked,
-                                         frame_parts, response_entries)
-from minibroker.protocol.schema import SchemaError, validate
+from minibroker.protocol.framing import (CHUNK_BYTES, DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FramingError, decode_body,
+                                         decode_body_chunked, decode_map_or_none, decodes_inline, encode_frame,
+                                         encode_frame_chunked, frame_parts, response_entries)
+from minibroker.protocol.schema import SchemaError, validate, validator
 
 log = logging.getLogger("minibroker.net")
 
 _NO_RESPONSE = object()
+_PENDING = object()                      # a slot's response before it is ready
 _API_KEYS: dict[int, ApiKey] = {int(k): k for k in ApiKey}
+# validate(msg, HEADER) and validate(msg, REQUESTS[api]), bound once (no spec lookup per request).
+_validate_header = validator(HEADER)
+_VALIDATORS: dict[ApiKey, Callable[[Any], Any]] = {api: validator(spec) for api, spec in REQUESTS.items()}
 
 DEFAULT_MAX_INFLIGHT = 8                 # minibroker.max.inflight.requests.per.connection
 DEFAULT_IDLE_MS = 600_000                # connections.max.idle.ms (Kafka's default)
@@ -144,8 +148,12 @@ class Dispatcher:
         return sorted(keys, key=lambda d: d["api"])
 
 
+# One request's place in its connection's response order: [its response, or _PENDING until it is ready].
+Slot = list[Any]
+
+
 class ServerConnection(asyncio.Protocol):
-    """One client connection. Invariant: `_slots` holds one future per request
+    """One client connection. Invariant: `_slots` holds one slot per request
     read and not yet answered, in arrival order, at most `max_inflight` of
     them; reading is paused whenever the window is full or writing is paused."""
 
@@ -156,7 +164,7 @@ class ServerConnection(asyncio.Protocol):
         self.peer = "?"
         self.transport: asyncio.Transport | None = None
         self._decoder = FrameDecoder(dispatcher.max_frame_bytes)
-        self._slots: deque[asyncio.Future] = deque()
+        self._slots: deque[Slot] = deque()
         # Invariant: frames decoded but not yet dispatched, in arrival order, each [slot, decoded or None];
         # non-empty only while some frame's decode runs off the loop. Requests are dispatched in
         # arrival order (as Kafka handles one connection's requests in order): a small frame
@@ -240,17 +248,21 @@ class ServerConnection(asyncio.Protocol):
         if self._pumping:
             return
         self._pumping = True
+        decoder = self._decoder
+        slots = self._slots
         try:
             budget = PUMP_BUDGET
             while (not self._closed and not self._write_paused and not self._auth_failed
-                   and len(self._slots) < self._window_size):
+                   and len(slots) < self._window_size):
                 if budget == 0:
                     if not self._pump_scheduled:
                         self._pump_scheduled = True
                         self._loop.call_soon(self._scheduled_pump)
                     break
+                if decoder.buffered < 4:        # (no frame's length yet: pop_raw would say None)
+                    break
                 try:
-                    body = self._decoder.pop_raw()
+                    body = decoder.pop_raw()
                 except FramingError as exc:
                     self.abort(f"framing error: {exc}")
                     return
@@ -260,7 +272,9 @@ class ServerConnection(asyncio.Protocol):
                 self._on_frame(body)
         finally:
             self._pumping = False
-        self._update_reading()
+        if (self._reading_paused or self._write_paused or self._pump_scheduled or self._auth_failed
+                or len(slots) >= self._window_size):
+            self._update_reading()              # (otherwise reading is on and stays on)
 
     def _window(self) -> int:
         """Authenticated (inter-broker) connections multiplex heartbeats, metadata
@@ -321,14 +335,16 @@ class ServerConnection(asyncio.Protocol):
                 self._timer.cancel()
             self._timer = None
             self._arm_idle()
-        slot: asyncio.Future = self._loop.create_future()
+        slot: Slot = [_PENDING]
         self._slots.append(slot)
-        if decodes_inline(body):
-            try:
-                msg = decode_body(body)
-            except FramingError as exc:
-                self.abort(f"framing error: {exc}")
-                return
+        if len(body) <= CHUNK_BYTES or decodes_inline(body):
+            msg = decode_map_or_none(body)
+            if msg is None:
+                try:
+                    msg = decode_body(body)
+                except FramingError as exc:
+                    self.abort(f"framing error: {exc}")
+                    return
             if not self._undispatched:
                 self._on_request(msg, slot, None)
             else:
@@ -352,13 +368,14 @@ class ServerConnection(asyncio.Protocol):
             slot, (msg, validated) = pending.popleft()
             self._on_request(msg, slot, validated)
 
-    def _on_request(self, msg: dict[str, Any], slot: asyncio.Future, validated: Any) -> None:
+    def _on_request(self, msg: dict[str, Any], slot: Slot, validated: Any) -> None:
         try:
-            header = validate(msg, HEADER)
+            header = _validate_header(msg)
         except SchemaError as exc:
             self.abort(f"bad request header: {exc}")
             return
         cid = header["id"]
+        version = header["v"]
         api = _API_KEYS.get(header["api"])
         if api is None:
             self._answer(slot, _error(cid, ErrorCode.UNSUPPORTED_VERSION, f"unknown api key {header['api']}"))
@@ -375,8 +392,9 @@ class ServerConnection(asyncio.Protocol):
             self._answer(slot, _error(cid, ErrorCode.UNSUPPORTED_VERSION,
                                       f"{api.name} is not served by this {self.dispatcher.role}"))
             return
-        if not spec.versions[0] <= header["v"] <= spec.versions[1]:
-            self._answer(slot, _error(cid, ErrorCode.UNSUPPORTED_VERSION, f"{api.name} v{header['v']}"))
+        versions = spec.versions
+        if not versions[0] <= version <= versions[1]:
+            self._answer(slot, _error(cid, ErrorCode.UNSUPPORTED_VERSION, f"{api.name} v{version}"))
             return
         if spec.privileged and not self.authenticated:
             self._answer(slot, _error(cid, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
@@ -389,11 +407,11 @@ class ServerConnection(asyncio.Protocol):
             body = validated
         else:
             try:
-                body = validate(msg, REQUESTS[api])
+                body = _VALIDATORS[api](msg)
             except SchemaError as exc:
                 self._answer(slot, _error(cid, ErrorCode.INVALID_REQUEST, str(exc)))
                 return
-        ctx = RequestContext(self, api, header["v"], cid, header["client"])
+        ctx = RequestContext(self, api, version, cid, header["client"])
         large = body if validated is not None else None
         try:
             r = spec.fn(ctx, body)
@@ -405,19 +423,24 @@ class ServerConnection(asyncio.Protocol):
                 self._deliver(ctx, slot, r.result, r.error, large)
             else:
                 self._replies.add(r)
-                r.attach(lambda result, error: self._on_reply(r, ctx, slot, result, error, large))
+                r.attach(functools.partial(self._on_reply, r, ctx, slot, large))
             return
         task = self._loop.create_task(self._run(r, ctx, slot, large))
         self._tasks.add(task)
         task.add_done_callback(functools.partial(self._handler_done, r))
 
-    def _on_reply(self, reply: Reply, ctx: RequestContext, slot: asyncio.Future, result: Any,
-                  error: BaseException | None, large: dict[str, Any] | None) -> None:
+    def _on_reply(self, reply: Reply, ctx: RequestContext, slot: Slot, large: dict[str, Any] | None,
+                  result: Any, error: BaseException | None) -> None:
         """Triggered when a parked handler's Reply completes: its response is written now."""
         self._replies.discard(reply)
-        self._deliver(ctx, slot, result, error, large)
+        if (error is None and large is None and type(result) is dict
+                and response_entries(result, LARGE_RESPONSE_ENTRIES) <= LARGE_RESPONSE_ENTRIES):
+            result["id"] = ctx.correlation_id   # (`_deliver`'s common case, without its checks)
+            self._answer(slot, result)
+        else:
+            self._deliver(ctx, slot, result, error, large)
 
-    async def _run(self, aw: Awaitable[dict[str, Any] | None], ctx: RequestContext, slot: asyncio.Future,
+    async def _run(self, aw: Awaitable[dict[str, Any] | None], ctx: RequestContext, slot: Slot,
                    large: dict[str, Any] | None) -> None:
         try:
             resp = await aw
@@ -435,7 +458,7 @@ class ServerConnection(asyncio.Protocol):
         if task.cancelled() and inspect.iscoroutine(aw):
             aw.close()
 
-    def _deliver(self, ctx: RequestContext, slot: asyncio.Future, resp: dict[str, Any] | None,
+    def _deliver(self, ctx: RequestContext, slot: Slot, resp: dict[str, Any] | None,
                  error: BaseException | None, large: dict[str, Any] | None) -> None:
         """A handler's outcome (its response, None for none, or the exception it raised) goes out in order."""
         if error is not None:
@@ -459,7 +482,7 @@ class ServerConnection(asyncio.Protocol):
         else:
             self._answer(slot, resp)
 
-    async def _answer_large(self, slot: asyncio.Future, resp: dict[str, Any]) -> None:
+    async def _answer_large(self, slot: Slot, resp: dict[str, Any]) -> None:
         frame = await self._loop.run_in_executor(_DECODER, _encode_and_dismantle, resp)
         del resp
         self._answer(slot, _Encoded(frame))
@@ -482,7 +505,7 @@ class ServerConnection(asyncio.Protocol):
                          "SCRAM-SHA-256")
         return {"id": cid, **resp}
 
-    def _fail_authentication(self, slot: asyncio.Future, resp: dict[str, Any]) -> None:
+    def _fail_authentication(self, slot: Slot, resp: dict[str, Any]) -> None:
         """A failed SASL step: serve nothing more (later frames are read and dropped), answer after
         the delay, then close (Kafka's connection.failed.authentication.delay.ms), so that each
         guess costs a connection and a delay."""
@@ -501,11 +524,11 @@ class ServerConnection(asyncio.Protocol):
         asyncio.get_running_loop().call_later(self.dispatcher.failed_auth_delay_ms / 1000, answer_and_close)
 
 
-    def _answer(self, slot: asyncio.Future, resp: Any) -> None:
+    def _answer(self, slot: Slot, resp: Any) -> None:
         """Triggered when a request's response is ready: it, and every response after it that
         was waiting for it, are written (in request order)."""
         slots = self._slots
-        if len(slots) == 1 and slots[0] is slot and type(resp) is dict and not slot.done():
+        if len(slots) == 1 and slots[0] is slot and type(resp) is dict and slot[0] is _PENDING:
             slots.popleft()                     # the only request in flight: no order to keep
             if not self._closed and self.transport is not None:
                 self.transport.writelines(frame_parts(resp))
@@ -523,13 +546,13 @@ class ServerConnection(asyncio.Protocol):
         self._pump_soon = False
         self._pump()
 
-    def _answer_in_order(self, slot: asyncio.Future, resp: Any) -> None:
-        if not slot.done():
-            slot.set_result(resp)
+    def _answer_in_order(self, slot: Slot, resp: Any) -> None:
+        if slot[0] is _PENDING:
+            slot[0] = resp
         slots = self._slots
         out: list[bytes] = []
-        while slots and slots[0].done():
-            r = slots.popleft().result()
+        while slots and slots[0][0] is not _PENDING:
+            r = slots.popleft()[0]
             if isinstance(r, _Encoded):
                 out.append(r.frame)
             elif r is not _NO_RESPONSE:

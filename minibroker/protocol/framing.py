@@ -33,7 +33,11 @@ class FramingError(Exception):
 
 
 def encode_frame(message: dict[str, Any]) -> bytes:
-    body = _packer().pack(message)
+    try:
+        packer = _PACKERS.p                 # (_packer's common case, without its call)
+    except AttributeError:
+        packer = _packer()
+    body = packer.pack(message)
     return _LEN.pack(len(body)) + body
 
 
@@ -48,7 +52,11 @@ def frame_parts(message: dict[str, Any]) -> list[bytes]:
     not copied again; a message with large record batches (`records_bytes`) as the msgpack around each
     batch and the batch itself, which is not copied at all (the same bytes on the wire)."""
     if records_bytes(message) < BLOB_FRAME_BYTES:
-        body = _packer().pack(message)
+        try:
+            packer = _PACKERS.p
+        except AttributeError:
+            packer = _packer()
+        body = packer.pack(message)
         return [_LEN.pack(len(body)), body]
     return _frame_around_blobs(message)
 
@@ -160,6 +168,10 @@ except ImportError:  # pragma: no cover - the C extension was not built
     def _decode_map(data: bytes | bytearray | memoryview, /) -> dict[str, Any] | None:
         return None
 
+# `decode_body`'s first step, for a caller on the per-request path: the map, or None where
+# decode_body must decide (it also raises FramingError).
+decode_map_or_none = _decode_map
+
 
 def decode_body(body: bytes | memoryview) -> dict[str, Any]:
     obj = _decode_map(body)
@@ -184,7 +196,7 @@ class FrameDecoder:
     256 KiB batch arrives in a few reads). A bytearray appended to and cut from the front copies a
     large frame twice more.
 
-    Invariant: `_chunks` holds the bytes received and not yet handed out, in order, `_size` of them,
+    Invariant: `_chunks` holds the bytes received and not yet handed out, in order, `buffered` of them,
     never more than one partial frame's bytes beyond what was already returned and at most
     `max_frame_bytes + 4` of them plus the last chunk received.
     """
@@ -192,9 +204,15 @@ class FrameDecoder:
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self.max_frame_bytes = max_frame_bytes
         self._chunks: deque[bytes | memoryview] = deque()
-        self._size = 0
+        self.buffered = 0                   # (read it, never set it: the bytes held, see the invariant)
 
     def feed(self, data: bytes) -> list[dict[str, Any]]:
+        if not self._chunks and len(data) > 4:
+            # One whole frame and nothing buffered (a response read at once): what push and
+            # pop_raw would do, without their calls.
+            (length,) = _LEN.unpack_from(data, 0)
+            if len(data) == 4 + length and length <= self.max_frame_bytes:
+                return [decode_body(memoryview(data)[4:])]
         self.push(data)
         out: list[dict[str, Any]] = []
         while (body := self.pop_raw()) is not None:
@@ -205,12 +223,12 @@ class FrameDecoder:
         """Buffer bytes without decoding them (the server decodes as its request window allows)."""
         if data:
             self._chunks.append(data)
-            self._size += len(data)
+            self.buffered += len(data)
 
     def pop_raw(self) -> bytes | memoryview | None:
         """The next complete frame's body, undecoded (a view where it lies in one received chunk),
         or None if none is complete yet."""
-        size = self._size
+        size = self.buffered
         if size < 4:
             return None
         chunks = self._chunks
@@ -231,7 +249,7 @@ class FrameDecoder:
             chunks.popleft()
         else:
             chunks[0] = view[end:]
-        self._size = size - end
+        self.buffered = size - end
         return body
 
     def _join(self) -> bytes:
@@ -240,10 +258,6 @@ class FrameDecoder:
         self._chunks.clear()
         self._chunks.append(joined)
         return joined
-
-    @property
-    def buffered(self) -> int:
-        return self._size
 
 
 # Bodies above this size are decoded in chunks of at most this many bytes of

@@ -5,7 +5,9 @@ A spec is a dict of field name -> type, where a type is `int`, `str`,
 that type), or `Opt(type, default)` / `Nullable(type)`. `validate` returns a
 new dict holding only the spec's fields (unknown fields are ignored, as
 Kafka ignores tagged fields it does not know), with defaults filled in, or
-raises `SchemaError` naming the path of the first bad field.
+raises `SchemaError` naming the path of the first bad field. `validator(spec)`
+is `validate` against one spec as a function of the value, bound to the
+spec's compiled validator once (for callers on the per-request path).
 
 Three validators agree on every value (tests/protocol/test_schema_native.py):
 minibroker._speedups.check walks a spec compiled to nested tuples (`_node`)
@@ -17,6 +19,7 @@ name the bad field.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +66,19 @@ except ImportError:  # pragma: no cover - the C extension was not built
 _COMPILED: dict[int, tuple[Any, Any, Any]] = {}
 
 
+def _entry(spec: Any) -> tuple[Any, Any, Any]:
+    """`spec`'s compiled validators, made on first use."""
+    entry = _COMPILED.get(id(spec))
+    if entry is None or entry[0] is not spec:
+        node = None
+        if _check is not None:
+            node = _node(spec)
+            _check_spec(node)
+        entry = (spec, _compile(spec), node)
+        _COMPILED[id(spec)] = entry
+    return entry
+
+
 def validate(value: Any, spec: Any, path: str = "", *, native: bool = True) -> Any:
     """Validate `value` against `spec` (see the module docstring).
 
@@ -73,12 +89,7 @@ def validate(value: Any, spec: Any, path: str = "", *, native: bool = True) -> A
     """
     entry = _COMPILED.get(id(spec))
     if entry is None or entry[0] is not spec:
-        node = None
-        if _check is not None:
-            node = _node(spec)
-            _check_spec(node)
-        entry = (spec, _compile(spec), node)
-        _COMPILED[id(spec)] = entry
+        entry = _entry(spec)
     try:
         if native and entry[2] is not None:
             return _check(entry[2], value)
@@ -86,6 +97,31 @@ def validate(value: Any, spec: Any, path: str = "", *, native: bool = True) -> A
     except (_Fail, _Invalid):
         _interpret(value, spec, path)
         raise SchemaError(f"{path or 'value'}: invalid") from None
+
+
+def validator(spec: Any) -> Callable[[Any], Any]:
+    """`validate(value, spec)` as a function of the value alone, for a caller that validates against
+    one spec many times (the request server: each request's header and body): the spec's compiled
+    validator (in C where built) is bound once, so a call looks nothing up. The same result, and the
+    same SchemaError on a bad value."""
+    _, compiled, node = _entry(spec)
+    if node is None:
+        def run_compiled(value: Any) -> Any:
+            try:
+                return compiled(value)
+            except _Fail:
+                _interpret(value, spec)
+                raise SchemaError("value: invalid") from None
+        return run_compiled
+    check = _check
+
+    def run_native(value: Any) -> Any:
+        try:
+            return check(node, value)
+        except _Invalid:
+            _interpret(value, spec)
+            raise SchemaError("value: invalid") from None
+    return run_native
 
 
 # The node kinds of minibroker._speedups.check.

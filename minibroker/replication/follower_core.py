@@ -33,6 +33,8 @@ from minibroker.events import Event, EventSink, discard
 from minibroker.replication.follower import epoch_end_offset, truncation_offset
 
 UNDEFINED = -1
+# Makes a NamedTuple from a tuple of all its fields without its Python-level __new__ (as its _make does).
+_new = tuple.__new__
 
 
 class FetchPhase(enum.Enum):
@@ -85,9 +87,9 @@ class Append:
     """Append the answer's batches verbatim (R3), then report `on_appended`."""
 
 
-@dataclass(frozen=True, slots=True)
-class UpdateHighWatermark:
-    """HW = follower_high_watermark(leader HW, log start, LEO); follow the leader's log start (R3.4/R3.5)."""
+class UpdateHighWatermark(NamedTuple):
+    """HW = follower_high_watermark(leader HW, log start, LEO); follow the leader's log start (R3.4/R3.5).
+    (A NamedTuple: one is made per partition answered.)"""
     leader_hw: int
     leader_log_start: int
 
@@ -204,29 +206,29 @@ class PartitionFollower:
 
     def next_position(self, log: LogView) -> FetchPosition:
         """Triggered when the driver builds a Fetch including this partition (R2)."""
-        self.sent_offset = log.leo
-        return FetchPosition(log.leo, log.latest_epoch, self.leader_epoch, log.log_start_offset)
+        leo, start, epochs = log
+        self.sent_offset = leo
+        return _new(FetchPosition, (leo, epochs[-1][0] if epochs else UNDEFINED, self.leader_epoch, start))
 
     def on_fetch_answer(self, answer: FetchAnswer, log: LogView, now_ms: int) -> list[Action]:
         """Triggered by this partition's entry in the leader's Fetch answer."""
         if log.leo != self.sent_offset or self.failed:
             return []                   # the log moved meanwhile (R3.1), or fenced: refetch / ignore
         self.answers += 1
-        code = answer.error
-        if code == ErrorCode.NONE:
-            if answer.diverging_epoch is not None:
-                return self._on_divergence(answer.diverging_epoch, log, now_ms)
+        code, leader_hw, leader_log_start, has_records, diverging, _ = answer
+        if not code:                    # ErrorCode.NONE
+            if diverging is not None:
+                return self._on_divergence(diverging, log, now_ms)
             self.truncating_rounds = 0
             self._last_divergence = None
-            self.leader_hw = answer.high_watermark
+            self.leader_hw = leader_hw
             if self.last_error:
                 self.last_error = 0
             if self.stuck is not None:
-                self._progress(now_ms, "appending the leader's batches" if answer.has_records
+                self._progress(now_ms, "appending the leader's batches" if has_records
                                else "the leader answered without error or divergence")
-            if answer.has_records:
-                return [APPEND, UpdateHighWatermark(answer.high_watermark, answer.log_start_offset)]
-            return [UpdateHighWatermark(answer.high_watermark, answer.log_start_offset)]
+            update = _new(UpdateHighWatermark, (leader_hw, leader_log_start))
+            return [APPEND, update] if has_records else [update]
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             return [ListLeaderOffset("latest")]
         if code == ErrorCode.FENCED_LEADER_EPOCH:

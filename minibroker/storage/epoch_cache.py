@@ -28,6 +28,10 @@ class LeaderEpochCache:
         self._starts: list[int] = []
         # Invariant: bumped by every change; the persister compares it.
         self.version = 0
+        # Invariant: the last entry and its epoch (None when empty), set by `_changed` with every version
+        # bump. Plain attributes (read on every append and fetch): read-only outside this class.
+        self.latest_epoch: int | None = None
+        self.latest_entry: tuple[int, int] | None = None
         for epoch, start in entries:
             self.assign(epoch, start)
 
@@ -36,14 +40,6 @@ class LeaderEpochCache:
     @property
     def entries(self) -> list[tuple[int, int]]:
         return list(zip(self._epochs, self._starts, strict=True))
-
-    @property
-    def latest_epoch(self) -> int | None:
-        return self._epochs[-1] if self._epochs else None
-
-    @property
-    def latest_entry(self) -> tuple[int, int] | None:
-        return (self._epochs[-1], self._starts[-1]) if self._epochs else None
 
     @property
     def earliest_entry(self) -> tuple[int, int] | None:
@@ -114,7 +110,7 @@ class LeaderEpochCache:
             self._starts.pop()
         self._epochs.append(epoch)
         self._starts.append(start_offset)
-        self.version += 1
+        self._changed()
         return True
 
     def truncate_from_end(self, end_offset: int) -> list[tuple[int, int]]:
@@ -126,7 +122,7 @@ class LeaderEpochCache:
         while self._starts and self._starts[-1] >= end_offset:
             removed.append((self._epochs.pop(), self._starts.pop()))
         if removed:
-            self.version += 1
+            self._changed()
         removed.reverse()
         return removed
 
@@ -143,11 +139,19 @@ class LeaderEpochCache:
         del self._starts[:n]
         self._epochs.insert(0, kept_epoch)
         self._starts.insert(0, start_offset)
-        self.version += 1
+        self._changed()
         return removed
 
     def clear(self) -> None:
         if self._epochs:
             self._epochs.clear()
             self._starts.clear()
-            self.version += 1
+            self._changed()
+
+    def _changed(self) -> None:
+        self.version += 1
+        if self._epochs:
+            self.latest_epoch = self._epochs[-1]
+            self.latest_entry = (self._epochs[-1], self._starts[-1])
+        else:
+            self.latest_epoch = self.latest_entry = None

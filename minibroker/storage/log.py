@@ -61,6 +61,8 @@ from minibroker.storage.trash import SegmentTrash
 
 _I32_MAX = 2**31 - 1
 _MAX_READ_HINTS = 256
+# Makes a NamedTuple from a tuple of all its fields without its Python-level __new__ (as its _make does).
+_new = tuple.__new__
 
 
 class AppendResult(NamedTuple):
@@ -110,8 +112,12 @@ class PartitionLog:
         # Invariant: sorted by base offset, contiguous, never empty; the last is active.
         self._segments: list[LogSegment] = loaded.segments
         self._bases: list[int] = [s.base_offset for s in self._segments]
-        # Invariant: first segment base <= log_start_offset <= LEO.
-        self._log_start_offset = loaded.log_start_offset
+        # Invariant: first segment base <= log_start_offset <= LEO. Plain attributes (read on every
+        # append, fetch and HW move), set only here, under `_lock` by each mutation that moves them:
+        # read-only outside this class.
+        self.log_start_offset: int = loaded.log_start_offset
+        # Invariant: log_end_offset == self._segments[-1].next_offset (the LEO) after every mutation.
+        self.log_end_offset: int = self._segments[-1].next_offset
         # Invariant: recovery_point <= LEO; everything below it is fsynced.
         self._recovery_point = loaded.recovery_point
         self.epoch_cache: LeaderEpochCache = loaded.epoch_cache
@@ -165,14 +171,6 @@ class PartitionLog:
         return cls(directory, config or LogConfig(), **kwargs)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------ state
-
-    @property
-    def log_start_offset(self) -> int:
-        return self._log_start_offset
-
-    @property
-    def log_end_offset(self) -> int:
-        return self._segments[-1].next_offset
 
     @property
     def recovery_point(self) -> int:
@@ -229,7 +227,7 @@ class PartitionLog:
 
     def last_batch_epoch(self) -> int | None:
         """Epoch of the batch holding LEO - 1 (None for an empty log)."""
-        if self.log_end_offset <= self._log_start_offset:
+        if self.log_end_offset <= self.log_start_offset:
             return None
         return self.epoch_cache.epoch_for_offset(self.log_end_offset - 1)
 
@@ -253,7 +251,7 @@ class PartitionLog:
         with self._lock:
             if self._closed:
                 self._check_open()
-            base = self._segments[-1].next_offset
+            base = self.log_end_offset
             chunks, next_offset = stamp_chunks(batches, info.batches, base, leader_epoch)
             self._maybe_roll_locked(info.size, next_offset - 1, now_ms)
             if latest != leader_epoch:
@@ -266,8 +264,9 @@ class PartitionLog:
                 offset += h.last_offset_delta + 1
                 appended.append(AppendedBatch(h.position, h.size, offset - 1, h.max_timestamp))
             self._segments[-1].append(chunks, appended, next_offset, info.size)
+            self.log_end_offset = next_offset
             self._stamped = None
-        return AppendResult(base, next_offset - 1)
+        return _new(AppendResult, (base, next_offset - 1))
 
     def _append_one_as_leader(self, batch: bytes | bytearray | memoryview, one: tuple[int, int, int],
                               leader_epoch: int, now_ms: int | None) -> AppendResult:
@@ -278,7 +277,7 @@ class PartitionLog:
         with self._lock:
             if self._closed:
                 self._check_open()
-            base = self._segments[-1].next_offset
+            base = self.log_end_offset
             last = base + lod
             self._maybe_roll_locked(size, last, now_ms)
             if latest != leader_epoch:
@@ -287,8 +286,9 @@ class PartitionLog:
                     self._assigned_from_batches(before)
             stamped = b"".join((stamp_prefix(base, size, leader_epoch), memoryview(batch)[16:]))
             self._segments[-1].append(stamped, [(0, size, last, max_ts)], last + 1, size)
+            self.log_end_offset = last + 1
             self._stamped = stamped
-        return AppendResult(base, last)
+        return _new(AppendResult, (base, last))
 
     def take_stamped(self) -> bytes | None:
         """The bytes the last leader append stored, once, when it made them in one piece: the partition keeps
@@ -323,13 +323,14 @@ class PartitionLog:
     def append_batches_as_follower(self, batches: bytes | bytearray | memoryview, *, now_ms: int | None = None
                                    ) -> tuple[int, list[BatchHeader]]:
         """`append_as_follower`, with the headers of the batches appended (parsed once, for the caller)."""
-        if len(batches) == 0:
+        size = len(batches)
+        if size == 0:
             return self.log_end_offset - 1, []
         headers = batch_headers(batches)
-        leo = expected = self._segments[-1].next_offset
+        leo = expected = self.log_end_offset
         cache = self.epoch_cache
         latest = cache.latest_entry
-        if latest is not None and latest[1] < leo and leo > self._log_start_offset:
+        if latest is not None and latest[1] < leo and leo > self.log_start_offset:
             prev_epoch = latest[0]                       # the last batch's epoch, as last_batch_epoch() says
         else:
             last = self.last_batch_epoch()
@@ -351,9 +352,9 @@ class PartitionLog:
         with self._lock:
             if self._closed:
                 self._check_open()
-            if self._segments[-1].next_offset != leo:
+            if self.log_end_offset != leo:
                 raise UnexpectedAppendOffset(self.log_end_offset, leo)
-            self._maybe_roll_locked(len(batches), expected - 1, now_ms)
+            self._maybe_roll_locked(size, expected - 1, now_ms)
             if latest is None or latest[0] != prev_epoch or latest[1] > leo \
                     or headers[0].leader_epoch != prev_epoch:      # else every assign is a no-op
                 before = cache.version
@@ -361,7 +362,8 @@ class PartitionLog:
                     cache.assign(h.leader_epoch, h.base_offset)
                 if cache.version != before:
                     self._assigned_from_batches(before)
-            self._segments[-1].append(batches, appended, expected, len(batches))
+            self._segments[-1].append(batches, appended, expected, size)
+            self.log_end_offset = expected
         return expected - 1, headers
 
     def producer_batches(self, from_offset: int) -> Iterator[tuple[int, int, int, int, int]]:
@@ -387,13 +389,18 @@ class PartitionLog:
 
     def _maybe_roll_locked(self, incoming_bytes: int, incoming_last_offset: int, now_ms: int | None) -> bool:
         active = self._segments[-1]
-        if active.size == 0:
+        size = active.size
+        if size == 0:
             return False
-        if not (active.size > self.config.segment_bytes - incoming_bytes
-                or incoming_last_offset - active.base_offset > _I32_MAX):
-            rolling_base = active.rolling_base_ms
+        cfg = self.config
+        if not (size > cfg.segment_bytes - incoming_bytes or incoming_last_offset - active.base_offset > _I32_MAX):
+            rolling_base = active.first_batch_timestamp     # active.rolling_base_ms, inline: once per append
+            if rolling_base is None:
+                return False
+            if rolling_base < active.created_ms:
+                rolling_base = active.created_ms
             now = self._clock() if now_ms is None else now_ms
-            if rolling_base is None or now - rolling_base <= self.config.segment_ms:
+            if now - rolling_base <= cfg.segment_ms:
                 return False
         self._roll_locked()
         return True
@@ -432,8 +439,8 @@ class PartitionLog:
             for h in seg._walk(0, seg.size):
                 if h.base_offset >= upper_bound_offset:
                     return None
-                if h.last_offset >= self._log_start_offset and h.max_timestamp >= timestamp:
-                    return max(h.base_offset, self._log_start_offset), h.max_timestamp
+                if h.last_offset >= self.log_start_offset and h.max_timestamp >= timestamp:
+                    return max(h.base_offset, self.log_start_offset), h.max_timestamp
         return None
 
     def offset_of_max_timestamp(self, upper_bound_offset: int) -> tuple[int, int] | None:
@@ -449,7 +456,7 @@ class PartitionLog:
             for h in seg._walk(0, seg.size):
                 if h.last_offset >= upper_bound_offset:
                     break
-                if h.last_offset >= self._log_start_offset and (best is None or h.max_timestamp > best[1]):
+                if h.last_offset >= self.log_start_offset and (best is None or h.max_timestamp > best[1]):
                     best = (h.last_offset, h.max_timestamp)
         return best
 
@@ -473,10 +480,10 @@ class PartitionLog:
     def _read(self, fetch_offset: int, max_bytes: int, upper_bound_offset: int | None,
               min_one_batch: bool) -> bytes:
         leo = self.log_end_offset
-        if fetch_offset < self._log_start_offset or fetch_offset > leo:
+        if fetch_offset < self.log_start_offset or fetch_offset > leo:
             raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
                              f"{self.name}: fetch offset {fetch_offset} outside "
-                             f"[{self._log_start_offset}, {leo}]")
+                             f"[{self.log_start_offset}, {leo}]")
         upper = leo if upper_bound_offset is None else min(upper_bound_offset, leo)
         if fetch_offset >= upper:
             return b""
@@ -518,7 +525,7 @@ class PartitionLog:
 
     def batch_containing(self, offset: int) -> tuple[int, int, int] | None:
         """(base offset, last offset, leader epoch) of the batch holding `offset`."""
-        if offset < self._log_start_offset or offset >= self.log_end_offset:
+        if offset < self.log_start_offset or offset >= self.log_end_offset:
             return None
         i = self._segment_index_for(offset)
         for seg in self._segments[i:]:
@@ -563,10 +570,13 @@ class PartitionLog:
             dropped = self._segments[keep:]
             del self._segments[keep:]
             del self._bases[keep:]
-            self._retire(dropped)
-            self._read_hints.clear()
-            actual = self._segments[-1].truncate_to(offset)
-            self._log_start_offset = min(self._log_start_offset, actual)
+            try:
+                self._retire(dropped)
+                self._read_hints.clear()
+                actual = self._segments[-1].truncate_to(offset)
+            finally:                    # the LEO follows the segments even when a file operation failed
+                self.log_end_offset = self._segments[-1].next_offset
+            self.log_start_offset = min(self.log_start_offset, actual)
             removed = self.epoch_cache.truncate_from_end(actual)
             if actual < self._recovery_point:
                 self._recovery_point = actual
@@ -604,7 +614,8 @@ class PartitionLog:
             new.created_ms = self._clock()
             self._segments = [new]
             self._bases = [offset]
-            self._log_start_offset = offset
+            self.log_start_offset = offset
+            self.log_end_offset = offset
             self.recovery_point_lowered = self.recovery_point_lowered or offset < self._recovery_point
             self._recovery_point = offset
             self._roll_flush_pending = None
@@ -618,15 +629,15 @@ class PartitionLog:
         following the leader's log start). Trims the epoch cache from the
         start; whole segments below it go in the next `delete_old_segments`.
         Raises KafkaError(OFFSET_OUT_OF_RANGE) above the LEO."""
-        if new_start <= self._log_start_offset:
+        if new_start <= self.log_start_offset:
             return False
         if new_start > self.log_end_offset:
             raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
                              f"{self.name}: log start offset {new_start} above the log end offset "
                              f"{self.log_end_offset}")
-        before = self._log_start_offset
+        before = self.log_start_offset
         with self._lock:
-            self._log_start_offset = new_start
+            self.log_start_offset = new_start
             self.epoch_cache.truncate_from_start(new_start)
         self._emit("truncation", before, new_start, reason, side="start")
         return True
@@ -656,7 +667,7 @@ class PartitionLog:
             if hw < upper:
                 break
             why = None
-            if nxt is not None and nxt.base_offset <= self._log_start_offset:
+            if nxt is not None and nxt.base_offset <= self.log_start_offset:
                 why = "below log start offset"
             elif cfg.retention_ms >= 0 and seg.max_timestamp >= 0 and now - seg.max_timestamp > cfg.retention_ms:
                 why = f"retention.ms={cfg.retention_ms} breached"
@@ -669,7 +680,7 @@ class PartitionLog:
             deletable += 1
         if not deletable:
             return 0
-        before = self._log_start_offset
+        before = self.log_start_offset
         with self._lock:
             if deletable == len(self._segments):
                 self._roll_locked()
@@ -678,11 +689,11 @@ class PartitionLog:
             del self._segments[:deletable]
             del self._bases[:deletable]
             self._retire(doomed)
-            self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
-            self._recovery_point = max(self._recovery_point, self._log_start_offset)
-            self.epoch_cache.truncate_from_start(self._log_start_offset)
+            self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+            self._recovery_point = max(self._recovery_point, self.log_start_offset)
+            self.epoch_cache.truncate_from_start(self.log_start_offset)
             self._dir_dirty = True
-        self._emit("truncation", before, self._log_start_offset, "; ".join(sorted(set(reasons))),
+        self._emit("truncation", before, self.log_start_offset, "; ".join(sorted(set(reasons))),
                    side="start", segments_deleted=[s.base_offset for s in doomed])
         return deletable
 

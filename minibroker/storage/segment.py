@@ -267,17 +267,20 @@ class LogSegment:
         start = self.size
         if size is None:
             size = len(data) if isinstance(data, (bytes, bytearray, memoryview)) else sum(len(d) for d in data)
+        fd = self._fd
+        if fd < 0:
+            fd = self.fd
         n_index = n_time = -1               # the index sizes before this append's first entry (-1: none added)
-        saved = (self.max_timestamp, self.first_batch_timestamp, self._bytes_since_index)
+        # The segment's fields change only once everything is written: an I/O error leaves them as they were.
+        max_ts, first_ts, since = self.max_timestamp, self.first_batch_timestamp, self._bytes_since_index
         try:
-            fsutil.write_all(self.fd, data)
-            max_ts = self.max_timestamp
-            since, interval = self._bytes_since_index, self.index_interval_bytes
+            fsutil.write_all(fd, data)
+            interval = self.index_interval_bytes
             for position, bsize, last_offset, batch_max_ts in batches:
                 if batch_max_ts > max_ts:
                     max_ts = batch_max_ts
-                if self.first_batch_timestamp is None:
-                    self.first_batch_timestamp = batch_max_ts
+                if first_ts is None:
+                    first_ts = batch_max_ts
                 if since > interval:
                     if n_index < 0:
                         n_index, n_time = len(self.index), len(self.time_index.timestamps)
@@ -285,11 +288,9 @@ class LogSegment:
                     self.time_index.maybe_append(max_ts, last_offset)
                     since = 0
                 since += bsize
-            self._bytes_since_index = since
         except OSError as exc:
-            self.max_timestamp, self.first_batch_timestamp, self._bytes_since_index = saved
             try:
-                os.ftruncate(self.fd, start)
+                os.ftruncate(fd, start)
                 if 0 <= n_index < len(self.index):
                     self.index.truncate_to_position(start)
                 if 0 <= n_time < len(self.time_index.timestamps):
@@ -299,6 +300,8 @@ class LogSegment:
             raise fsutil.storage_error(self.log_path, exc) from exc
         self.size = start + size
         self.max_timestamp = max_ts
+        self.first_batch_timestamp = first_ts
+        self._bytes_since_index = since
         self.next_offset = next_offset
 
     def _index_batch(self, position: int, size: int, last_offset: int, max_ts_so_far: int) -> None:

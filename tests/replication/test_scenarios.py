@@ -170,7 +170,8 @@ class FollowerScenario:
     def actions(self, acts: list[Any], now: int) -> str:
         out = []
         for a in acts:
-            fields = " ".join(f"{k}={getattr(a, k)}" for k in a.__slots__ if k != "reason")
+            names = a._fields if isinstance(a, tuple) else a.__slots__     # a NamedTuple or a slots dataclass
+            fields = " ".join(f"{k}={getattr(a, k)}" for k in names if k != "reason")
             reason = getattr(a, "reason", "")
             out.append(f"action {type(a).__name__}" + (f" {fields}" if fields else "")
                        + (f": {reason}" if reason else ""))

@@ -43,8 +43,6 @@ INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0                 # a full Fetch that opens a new session
 FINAL_EPOCH = -1                  # a full Fetch without a session (consumers)
 MAX_SESSION_ID = 2**31 - 1
-# Makes a NamedTuple from a tuple of all its fields without its Python-level __new__ (as its _make does).
-_new = tuple.__new__
 
 
 def next_epoch(epoch: int) -> int:
@@ -89,13 +87,13 @@ class FetchSession:
         """Triggered for each partition read for a response: whether it goes in (every one of
         a full response), remembering what the follower is told (after an error nothing, so
         it is answered again once it recovers, KS4)."""
+        if not full and not self.must_respond(key, error, high_watermark, log_start_offset, has_records,
+                                              diverging):
+            return False
         if error:
             self.told.pop(key, None)
-            return True
-        told = (high_watermark, log_start_offset)
-        if not (full or has_records or diverging) and self.told.get(key) == told:
-            return False                # KS4, as `must_respond` says (inline: one call per partition read)
-        self.told[key] = told
+        else:
+            self.told[key] = (high_watermark, log_start_offset)
         return True
 
 
@@ -148,7 +146,7 @@ class FetchSessionCache:
         if epoch != s.epoch:
             return Opened(None, [], False, ErrorCode.INVALID_FETCH_SESSION_EPOCH,
                           f"fetch session {session_id} expects epoch {s.epoch}, not {epoch}")
-        s.epoch = 1 if epoch >= MAX_SESSION_ID or epoch < 0 else epoch + 1      # next_epoch(epoch), inline
+        s.epoch = next_epoch(epoch)
         for t in forgotten or ():
             for index in t["partitions"]:
                 key = (t["topic"], index)
@@ -163,7 +161,7 @@ class FetchSessionCache:
             s.partitions[key] = (topic, p)
             s.told.pop(key, None)      # a partition the follower names is answered: its position changed
             s.quiet.pop(key, None)     # and read
-        return _new(Opened, (s, list(s.partitions.values()), False, ErrorCode.NONE, ""))
+        return Opened(s, list(s.partitions.values()), False)
 
     def status(self) -> list[dict[str, int]]:
         """For ReplicaStatus: each follower's session on this leader."""
@@ -274,8 +272,7 @@ class FollowerSession:
         else:
             self.held = self._pending
         self._pending = {}
-        epoch = self.epoch              # next_epoch(epoch), inline: once per Fetch
-        self.epoch = 1 if epoch >= MAX_SESSION_ID or epoch < 0 else epoch + 1
+        self.epoch = next_epoch(self.epoch)
 
     def reset(self) -> None:
         """Triggered by a session error, a transport error or any other failed Fetch: the next is full."""

@@ -558,12 +558,7 @@ class Producer:
         would, its sequence counted, its request written on `conn`; then the record's outcome."""
         if batch.base_seq >= 0:
             self._next_seq[batch.tp] = (batch.base_seq + 1) & 0x7FFFFFFF
-        if self._pass_handle is not None:        # as `_send_now`: nothing is left queued to pass over
-            self._pass_handle.cancel()
-            self._pass_handle = None
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._no_pass_due()
         self._in_flight[node] = self._in_flight.get(node, 0) + 1
         self._incomplete.add(batch)
         if self.max_in_flight == 1:
@@ -642,16 +637,21 @@ class Producer:
             node = self.net.cache.leader_id(batch.tp)
             if (node is not None and self._in_flight.get(node, 0) < self.max_in_flight
                     and (self._producer_id >= 0 or not self.idempotent) and self.net.connected(node)):
-                if self._pass_handle is not None:
-                    self._pass_handle.cancel()
-                    self._pass_handle = None
-                if self._timer is not None:        # as the pass: nothing is left queued to wait for
-                    self._timer.cancel()
-                    self._timer = None
+                self._no_pass_due()
                 acc.take(batch)
                 self._drained(node, [batch])
                 return
         self._pass()
+
+    def _no_pass_due(self) -> None:
+        """The only queued batch was just taken (`_send_now`, `_write_alone`): as the pass would,
+        drop the scheduled pass and the linger timer, with nothing left queued to wait for."""
+        if self._pass_handle is not None:
+            self._pass_handle.cancel()
+            self._pass_handle = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def _drained(self, node: int, batches: list[ProducerBatch]) -> None:
         """Batches just drained for `node`: sequences, request slot, then the request is written."""

@@ -394,11 +394,9 @@ class PartitionLog:
             return False
         cfg = self.config
         if not (size > cfg.segment_bytes - incoming_bytes or incoming_last_offset - active.base_offset > _I32_MAX):
-            rolling_base = active.first_batch_timestamp     # active.rolling_base_ms, inline: once per append
+            rolling_base = active.rolling_base_ms
             if rolling_base is None:
                 return False
-            if rolling_base < active.created_ms:
-                rolling_base = active.created_ms
             now = self._clock() if now_ms is None else now_ms
             if now - rolling_base <= cfg.segment_ms:
                 return False

@@ -40,6 +40,9 @@ from minibroker.errors import ErrorCode
 BATCHES_TO_RETAIN = 5
 NO_PRODUCER_ID = -1
 INT32_MAX = 2**31 - 1
+# Makes a NamedTuple from a tuple of all its fields without its Python-level __new__ (as its _make does):
+# a BatchMetadata is made for every batch appended, on every replica.
+_new = tuple.__new__
 
 
 def last_sequence(first_seq: int, last_offset_delta: int) -> int:
@@ -146,8 +149,8 @@ class ProducerState:
         if e is None or e.epoch != epoch:
             e = ProducerEntry(producer_id, epoch)
             self._entries[producer_id] = e
-        e.batches.append(BatchMetadata(first_seq, last_sequence(first_seq, last_offset - base_offset),
-                                       base_offset, last_offset))
+        e.batches.append(_new(BatchMetadata, (first_seq, last_sequence(first_seq, last_offset - base_offset),
+                                              base_offset, last_offset)))
         if len(e.batches) > BATCHES_TO_RETAIN:
             del e.batches[0]
 

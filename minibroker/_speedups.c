@@ -735,15 +735,19 @@ static PyObject *open_append_call(OpenAppend *oa, PyObject *const *args, size_t 
     if (field_len(value, &vn) != 0 || field_len(key, &kn) != 0)
         return NULL;
     int ok = 1;
+    long long bsize = exact_ll(BATCH_SLOT(oa, b, B_SIZE), &ok);
+    if (vn > LLONG_MAX / 4 || kn > LLONG_MAX / 4 || bsize < 0 || bsize > LLONG_MAX / 4)
+        Py_RETURN_NONE;                         /* sums that could overflow: the general path's big ints */
     long long size = oa->record_overhead + vn + kn;
-    long long total = exact_ll(BATCH_SLOT(oa, b, B_SIZE), &ok) + size;
+    long long total = bsize + size;
     long long max_size = exact_ll(BATCH_SLOT(oa, b, B_MAX_SIZE), &ok);
     long long count = exact_ll(BATCH_SLOT(oa, b, B_COUNT), &ok);
     long long first_ts = exact_ll(BATCH_SLOT(oa, b, B_FIRST_TS), &ok);
     long long max_ts = exact_ll(BATCH_SLOT(oa, b, B_MAX_TS), &ok);
     long long max_request_size = exact_ll(args[3], &ok);
     PyObject *builder = BATCH_SLOT(oa, b, B_BUILDER);
-    if (!ok || builder == NULL || builder == Py_None || total > max_size || size > max_request_size)
+    if (!ok || builder == NULL || builder == Py_None || total > max_size || size > max_request_size
+            || count < 0 || count >= PY_SSIZE_T_MAX)
         Py_RETURN_NONE;
     long long buffered = exact_ll(ACC_SLOT(oa, A_BUFFERED), &ok);
     long long memory = exact_ll(ACC_SLOT(oa, A_MEMORY), &ok);
@@ -825,8 +829,8 @@ static PyObject *open_append_new(PyTypeObject *type, PyObject *args, PyObject *k
             PyErr_Format(PyExc_TypeError, "OpenAppend: %s is not a RecordsWriter with its append", bt->tp_name);
         return NULL;
     }
-    if (!PyCallable_Check(now_ms) || !PyCallable_Check(wakeup)) {
-        PyErr_SetString(PyExc_TypeError, "OpenAppend: now_ms and wakeup must be callable");
+    if (!PyCallable_Check(now_ms) || !PyCallable_Check(wakeup) || record_overhead < 0 || record_overhead > 1 << 20) {
+        PyErr_SetString(PyExc_TypeError, "OpenAppend: now_ms and wakeup must be callable, record_overhead small");
         return NULL;
     }
     OpenAppend *oa = (OpenAppend *)type->tp_alloc(type, 0);

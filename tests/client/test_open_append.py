@@ -3,6 +3,7 @@ record for record, on the same inputs: same answers, batches, accounting, wake-u
 from __future__ import annotations
 
 import random
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -86,6 +87,11 @@ def test_the_c_append_matches_its_python_twin(compression: int, seed: int) -> No
     assert [b.encoded() for b in c.batches] == [b.encoded() for b in py.batches]
 
 
+class Huge:
+    def __len__(self) -> int:
+        return sys.maxsize
+
+
 def test_it_declines_what_the_general_path_decides() -> None:
     for make in (c_append, _OpenAppendPy):
         acc = RecordAccumulator(batch_size=1000, buffer_memory=10_000)
@@ -100,6 +106,8 @@ def test_it_declines_what_the_general_path_decides() -> None:
         acc.buffer_memory = 10_000
         b.closed = True
         assert append(b, None, b"v", 1 << 20) is None
+        b.closed = False
+        assert append(b, Huge(), b"v", 1 << 20) is None               # a length that would overflow C's sums
         b.closed = False
         fut = append(b, b"k", b"v", 1 << 20)
         assert isinstance(fut, RecordFuture) and (fut._batch, fut._index) == (b, 1)

@@ -38,6 +38,23 @@
  *     __init__ assigns through object.__setattr__, one per awaited record).
  *     Its Python twin is `cls` itself.
  *
+ * OpenAppend(batch_cls, future_cls, builder_cls, acc, now_ms, wakeup, headers, record_overhead)
+ *     The producer's `send` one-pass append (minibroker.client.producer._OpenAppendPy
+ *     is its Python twin): called (batch, key, value, max_request_size), it
+ *     appends the record to `batch`, a partition's open batch, when the batch
+ *     takes it (not closed, a builder, within its max_size), it is within
+ *     max_request_size and the accumulator's buffer_memory has room: the
+ *     builder's append (in C for `builder_cls`, RecordsWriter's own; a method
+ *     call for any other builder), the batch's count, size, max_ts and
+ *     mixed_ts and the accumulator's buffered_bytes set, `wakeup()` called if
+ *     the batch is now full; returns a `future_cls(batch, index)` (a RecordRef
+ *     class). None, with nothing changed, otherwise, or where a slot it reads
+ *     is not a plain int: the caller's general path decides. The batch class's
+ *     and the accumulator's slots are read and set in place (their offsets
+ *     found once, as SlotsMaker's); `headers` is the empty header list passed
+ *     to builders. A record's key and value are sized as `len` sizes them
+ *     (its TypeError included) and appended as append takes them.
+ *
  * decode_map(data) -> dict | None
  *     The msgpack map `data` holds, exactly as msgpack.unpackb(data, raw=False,
  *     strict_map_key=True, use_list=True) decodes it, or None wherever that
@@ -220,24 +237,15 @@ static int bytes_field(PyObject *o, const char *what, Py_buffer *view, int *held
     return -1;
 }
 
-static PyObject *writer_append(RecordsWriter *w, PyObject *const *args, Py_ssize_t nargs)
+/* append's work once its two integers are read: 0, or -1 with an exception set (the buffer untouched). */
+static int writer_add(RecordsWriter *w, long long offset_delta, long long ts, PyObject *key, PyObject *value,
+                      PyObject *headers)
 {
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "append(offset_delta, timestamp_ms, key, value, headers)");
-        return NULL;
-    }
-    long long offset_delta = PyLong_AsLongLong(args[0]);
-    if (offset_delta == -1 && PyErr_Occurred())
-        return NULL;
-    long long ts = PyLong_AsLongLong(args[1]);
-    if (ts == -1 && PyErr_Occurred())
-        return NULL;
-    PyObject *headers = args[4];
     Py_ssize_t nheaders = 0;
     if (headers != Py_None) {
         if (!PyList_CheckExact(headers) && !PyTuple_CheckExact(headers)) {
             PyErr_SetString(PyExc_TypeError, "a record's headers must be a list of (str, bytes | None)");
-            return NULL;
+            return -1;
         }
         nheaders = PySequence_Fast_GET_SIZE(headers);
     }
@@ -245,14 +253,14 @@ static PyObject *writer_append(RecordsWriter *w, PyObject *const *args, Py_ssize
     int kheld, vheld;
     const char *k, *v;
     Py_ssize_t kn, vn;
-    if (bytes_field(args[2], "key", &kview, &kheld, &k, &kn) != 0)
-        return NULL;
-    if (bytes_field(args[3], "value", &vview, &vheld, &v, &vn) != 0) {
+    if (bytes_field(key, "key", &kview, &kheld, &k, &kn) != 0)
+        return -1;
+    if (bytes_field(value, "value", &vview, &vheld, &v, &vn) != 0) {
         if (kheld)
             PyBuffer_Release(&kview);
-        return NULL;
+        return -1;
     }
-    PyObject *result = NULL;
+    int result = -1;
     const long long ts_delta = w->count ? ts - w->first_ts : 0;
     Py_ssize_t body = 1 + size_of_varlong(ts_delta) + size_of_varlong(offset_delta)
                       + size_of_varlong(kn) + (kn > 0 ? kn : 0) + size_of_varlong(vn) + (vn > 0 ? vn : 0)
@@ -320,14 +328,30 @@ static PyObject *writer_append(RecordsWriter *w, PyObject *const *args, Py_ssize
         w->max_ts = ts;
     }
     w->count++;
-    result = Py_None;
-    Py_INCREF(result);
+    result = 0;
 done:
     if (kheld)
         PyBuffer_Release(&kview);
     if (vheld)
         PyBuffer_Release(&vview);
     return result;
+}
+
+static PyObject *writer_append(RecordsWriter *w, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "append(offset_delta, timestamp_ms, key, value, headers)");
+        return NULL;
+    }
+    long long offset_delta = PyLong_AsLongLong(args[0]);
+    if (offset_delta == -1 && PyErr_Occurred())
+        return NULL;
+    long long ts = PyLong_AsLongLong(args[1]);
+    if (ts == -1 && PyErr_Occurred())
+        return NULL;
+    if (writer_add(w, offset_delta, ts, args[2], args[3], args[4]) != 0)
+        return NULL;
+    Py_RETURN_NONE;
 }
 
 static PyObject *writer_records(RecordsWriter *w, PyObject *noargs)
@@ -520,6 +544,27 @@ static PyTypeObject RecordRefType = {
 
 #define MAKER_MAX_SLOTS 16
 
+/* The offset in `tp`'s instances of its writable object slot `name` (a __slots__ entry), or -1 with
+ * TypeError (naming `who`) when `name` is not one. */
+static int slot_offset(PyTypeObject *tp, PyObject *name, const char *who, Py_ssize_t *offset)
+{
+    PyObject *d = PyObject_GetAttr((PyObject *)tp, name);
+    if (d == NULL)
+        return -1;
+    int ok = Py_IS_TYPE(d, &PyMemberDescr_Type)
+        && PyType_IsSubtype(tp, PyDescr_TYPE(d))
+        && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX
+        && !(((PyMemberDescrObject *)d)->d_member->flags & READONLY);
+    if (ok)
+        *offset = ((PyMemberDescrObject *)d)->d_member->offset;
+    Py_DECREF(d);
+    if (!ok) {
+        PyErr_Format(PyExc_TypeError, "%s: %R is not an object slot of %s", who, name, tp->tp_name);
+        return -1;
+    }
+    return 0;
+}
+
 typedef struct {
     PyObject_HEAD
     PyTypeObject *cls;
@@ -567,21 +612,7 @@ static PyObject *maker_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     mk->n = n;
     mk->vectorcall = (vectorcallfunc)maker_call;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *d = PyObject_GetAttr(cls, PyTuple_GET_ITEM(names, i));
-        if (d == NULL) {
-            Py_DECREF(mk);
-            return NULL;
-        }
-        int ok = Py_IS_TYPE(d, &PyMemberDescr_Type)
-            && PyType_IsSubtype(tp, PyDescr_TYPE(d))
-            && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX
-            && !(((PyMemberDescrObject *)d)->d_member->flags & READONLY);
-        if (ok)
-            mk->offsets[i] = ((PyMemberDescrObject *)d)->d_member->offset;
-        Py_DECREF(d);
-        if (!ok) {
-            PyErr_Format(PyExc_TypeError, "SlotsMaker: %R is not an object slot of %s",
-                         PyTuple_GET_ITEM(names, i), tp->tp_name);
+        if (slot_offset(tp, PyTuple_GET_ITEM(names, i), "SlotsMaker", &mk->offsets[i]) != 0) {
             Py_DECREF(mk);
             return NULL;
         }
@@ -620,6 +651,257 @@ static PyTypeObject SlotsMakerType = {
     .tp_traverse = (traverseproc)maker_traverse,
     .tp_clear = (inquiry)maker_clear,
     .tp_new = maker_new,
+};
+
+/* ---------------------------------------------------------------- OpenAppend */
+
+/* The slots OpenAppend reads and sets: its batch class's (minibroker.client.accumulator.ProducerBatch), then
+ * its accumulator's (RecordAccumulator). */
+enum { B_CLOSED, B_BUILDER, B_COUNT, B_SIZE, B_MAX_SIZE, B_FIRST_TS, B_MAX_TS, B_MIXED_TS, B_SLOTS };
+enum { A_BUFFERED, A_MEMORY, A_SLOTS };
+static const char *const batch_slots[B_SLOTS] = {
+    "closed", "builder", "count", "size", "max_size", "first_ts", "max_ts", "mixed_ts",
+};
+static const char *const acc_slots[A_SLOTS] = {"buffered_bytes", "buffer_memory"};
+
+typedef struct {
+    PyObject_HEAD
+    PyTypeObject *batch_cls;
+    PyTypeObject *future_cls;
+    PyTypeObject *builder_cls;
+    PyObject *acc;
+    PyObject *now_ms;
+    PyObject *wakeup;
+    PyObject *headers;
+    long long record_overhead;
+    Py_ssize_t off[B_SLOTS];
+    Py_ssize_t acc_off[A_SLOTS];
+    vectorcallfunc vectorcall;
+} OpenAppend;
+
+static PyObject *str_append;
+
+#define BATCH_SLOT(oa, b, i) (*(PyObject **)((char *)(b) + (oa)->off[i]))
+#define ACC_SLOT(oa, i) (*(PyObject **)((char *)(oa)->acc + (oa)->acc_off[i]))
+
+/* An exact int's value when it fits a long long; else *ok is cleared (never an exception). */
+static long long exact_ll(PyObject *v, int *ok)
+{
+    if (v == NULL || !PyLong_CheckExact(v)) {
+        *ok = 0;
+        return 0;
+    }
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow)
+        *ok = 0;
+    return x;
+}
+
+/* len(o) where o is not None, as `len` computes it (its TypeError included); None counts 0. */
+static int field_len(PyObject *o, Py_ssize_t *n)
+{
+    if (o == Py_None)
+        *n = 0;
+    else if (PyBytes_CheckExact(o))
+        *n = PyBytes_GET_SIZE(o);
+    else if ((*n = PyObject_Size(o)) < 0)
+        return -1;
+    return 0;
+}
+
+/* Sets the slot at `*slot` to v (a new reference; NULL: an exception is set, nothing changed). */
+static int set_slot(PyObject **slot, PyObject *v)
+{
+    if (v == NULL)
+        return -1;
+    Py_XSETREF(*slot, v);
+    return 0;
+}
+
+static PyObject *open_append_call(OpenAppend *oa, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (PyVectorcall_NARGS(nargsf) != 4 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "OpenAppend takes (batch, key, value, max_request_size)");
+        return NULL;
+    }
+    PyObject *b = args[0], *key = args[1], *value = args[2];
+    if (Py_TYPE(b) != oa->batch_cls || BATCH_SLOT(oa, b, B_CLOSED) == NULL)
+        Py_RETURN_NONE;
+    int closed = PyObject_IsTrue(BATCH_SLOT(oa, b, B_CLOSED));
+    if (closed != 0)
+        return closed < 0 ? NULL : Py_NewRef(Py_None);
+    Py_ssize_t vn, kn;
+    if (field_len(value, &vn) != 0 || field_len(key, &kn) != 0)
+        return NULL;
+    int ok = 1;
+    long long bsize = exact_ll(BATCH_SLOT(oa, b, B_SIZE), &ok);
+    if (vn > LLONG_MAX / 4 || kn > LLONG_MAX / 4 || bsize < 0 || bsize > LLONG_MAX / 4)
+        Py_RETURN_NONE;                         /* sums that could overflow: the general path's big ints */
+    long long size = oa->record_overhead + vn + kn;
+    long long total = bsize + size;
+    long long max_size = exact_ll(BATCH_SLOT(oa, b, B_MAX_SIZE), &ok);
+    long long count = exact_ll(BATCH_SLOT(oa, b, B_COUNT), &ok);
+    long long first_ts = exact_ll(BATCH_SLOT(oa, b, B_FIRST_TS), &ok);
+    long long max_ts = exact_ll(BATCH_SLOT(oa, b, B_MAX_TS), &ok);
+    long long max_request_size = exact_ll(args[3], &ok);
+    PyObject *builder = BATCH_SLOT(oa, b, B_BUILDER);
+    if (!ok || builder == NULL || builder == Py_None || total > max_size || size > max_request_size
+            || count < 0 || count >= PY_SSIZE_T_MAX)
+        Py_RETURN_NONE;
+    long long buffered = exact_ll(ACC_SLOT(oa, A_BUFFERED), &ok);
+    long long memory = exact_ll(ACC_SLOT(oa, A_MEMORY), &ok);
+    if (!ok || buffered > LLONG_MAX - size || buffered + size > memory)
+        Py_RETURN_NONE;
+    /* The record goes in: from here on as send's Python twin, step for step. */
+    PyObject *now_obj = PyObject_CallNoArgs(oa->now_ms);
+    if (now_obj == NULL)
+        return NULL;
+    int overflow;
+    long long now = PyLong_AsLongLongAndOverflow(now_obj, &overflow);   /* its TypeError: append's */
+    if (overflow)
+        (void)PyLong_AsLongLong(now_obj);                               /* append's OverflowError */
+    if (overflow || (now == -1 && PyErr_Occurred()))
+        goto fail;
+    Py_INCREF(builder);
+    int appended;
+    if (Py_TYPE(builder) == oa->builder_cls) {
+        appended = writer_add((RecordsWriter *)builder, count, now, key, value, oa->headers);
+    } else {
+        PyObject *index = PyLong_FromLongLong(count);
+        PyObject *r = index == NULL ? NULL : PyObject_CallMethodObjArgs(builder, str_append, index, now_obj, key,
+                                                                        value, oa->headers, NULL);
+        Py_XDECREF(index);
+        Py_XDECREF(r);
+        appended = r == NULL ? -1 : 0;
+    }
+    Py_DECREF(builder);
+    if (appended != 0 || set_slot(&BATCH_SLOT(oa, b, B_COUNT), PyLong_FromLongLong(count + 1)) != 0)
+        goto fail;
+    if (now != first_ts) {
+        set_slot(&BATCH_SLOT(oa, b, B_MIXED_TS), Py_NewRef(Py_True));
+        if (now > max_ts)
+            set_slot(&BATCH_SLOT(oa, b, B_MAX_TS), Py_NewRef(now_obj));
+    }
+    Py_CLEAR(now_obj);
+    if (set_slot(&BATCH_SLOT(oa, b, B_SIZE), PyLong_FromLongLong(total)) != 0
+            || set_slot(&ACC_SLOT(oa, A_BUFFERED), PyLong_FromLongLong(buffered + size)) != 0)
+        return NULL;
+    if (total >= max_size) {
+        PyObject *r = PyObject_CallNoArgs(oa->wakeup);
+        if (r == NULL)
+            return NULL;
+        Py_DECREF(r);
+    }
+    RecordRef *fut = (RecordRef *)oa->future_cls->tp_alloc(oa->future_cls, 0);
+    if (fut == NULL)
+        return NULL;
+    fut->batch = Py_NewRef(b);
+    fut->index = (Py_ssize_t)count;
+    return (PyObject *)fut;
+fail:
+    Py_XDECREF(now_obj);
+    return NULL;
+}
+
+static PyObject *open_append_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *batch_cls, *future_cls, *builder_cls, *acc, *now_ms, *wakeup, *headers;
+    long long record_overhead;
+    if (kwds != NULL && PyDict_GET_SIZE(kwds) != 0) {
+        PyErr_SetString(PyExc_TypeError, "OpenAppend takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O!O!O!OOOO!L:OpenAppend", &PyType_Type, &batch_cls, &PyType_Type, &future_cls,
+                          &PyType_Type, &builder_cls, &acc, &now_ms, &wakeup, &PyList_Type, &headers,
+                          &record_overhead))
+        return NULL;
+    PyTypeObject *ft = (PyTypeObject *)future_cls, *bt = (PyTypeObject *)builder_cls;
+    if (!PyType_IsSubtype(ft, &RecordRefType) || ft->tp_itemsize != 0) {
+        PyErr_Format(PyExc_TypeError, "OpenAppend: %s is not a RecordRef class", ft->tp_name);
+        return NULL;
+    }
+    PyObject *own = PyDict_GetItemWithError(RecordsWriterType.tp_dict, str_append);
+    PyObject *its = PyType_IsSubtype(bt, &RecordsWriterType) ? PyObject_GetAttr(builder_cls, str_append) : NULL;
+    Py_XDECREF(its);                            /* compared, not used: RecordsWriterType keeps `own` alive */
+    if (own == NULL || its != own) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_TypeError, "OpenAppend: %s is not a RecordsWriter with its append", bt->tp_name);
+        return NULL;
+    }
+    if (!PyCallable_Check(now_ms) || !PyCallable_Check(wakeup) || record_overhead < 0 || record_overhead > 1 << 20) {
+        PyErr_SetString(PyExc_TypeError, "OpenAppend: now_ms and wakeup must be callable, record_overhead small");
+        return NULL;
+    }
+    OpenAppend *oa = (OpenAppend *)type->tp_alloc(type, 0);
+    if (oa == NULL)
+        return NULL;
+    for (int i = 0; i < B_SLOTS + A_SLOTS; i++) {
+        PyObject *name = PyUnicode_InternFromString(i < B_SLOTS ? batch_slots[i] : acc_slots[i - B_SLOTS]);
+        int bad = name == NULL || slot_offset(i < B_SLOTS ? (PyTypeObject *)batch_cls : Py_TYPE(acc), name,
+                                              "OpenAppend", i < B_SLOTS ? &oa->off[i] : &oa->acc_off[i - B_SLOTS]);
+        Py_XDECREF(name);
+        if (bad) {
+            Py_DECREF(oa);
+            return NULL;
+        }
+    }
+    oa->batch_cls = (PyTypeObject *)Py_NewRef(batch_cls);
+    oa->future_cls = (PyTypeObject *)Py_NewRef(future_cls);
+    oa->builder_cls = (PyTypeObject *)Py_NewRef(builder_cls);
+    oa->acc = Py_NewRef(acc);
+    oa->now_ms = Py_NewRef(now_ms);
+    oa->wakeup = Py_NewRef(wakeup);
+    oa->headers = Py_NewRef(headers);
+    oa->record_overhead = record_overhead;
+    oa->vectorcall = (vectorcallfunc)open_append_call;
+    return (PyObject *)oa;
+}
+
+static int open_append_traverse(OpenAppend *oa, visitproc visit, void *arg)
+{
+    Py_VISIT(oa->batch_cls);
+    Py_VISIT(oa->future_cls);
+    Py_VISIT(oa->builder_cls);
+    Py_VISIT(oa->acc);
+    Py_VISIT(oa->now_ms);
+    Py_VISIT(oa->wakeup);
+    Py_VISIT(oa->headers);
+    return 0;
+}
+
+static int open_append_clear(OpenAppend *oa)
+{
+    Py_CLEAR(oa->batch_cls);
+    Py_CLEAR(oa->future_cls);
+    Py_CLEAR(oa->builder_cls);
+    Py_CLEAR(oa->acc);
+    Py_CLEAR(oa->now_ms);
+    Py_CLEAR(oa->wakeup);
+    Py_CLEAR(oa->headers);
+    return 0;
+}
+
+static void open_append_dealloc(OpenAppend *oa)
+{
+    PyObject_GC_UnTrack(oa);
+    open_append_clear(oa);
+    Py_TYPE(oa)->tp_free((PyObject *)oa);
+}
+
+static PyTypeObject OpenAppendType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "minibroker._speedups.OpenAppend",
+    .tp_basicsize = sizeof(OpenAppend),
+    .tp_dealloc = (destructor)open_append_dealloc,
+    .tp_vectorcall_offset = offsetof(OpenAppend, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "OpenAppend(batch_cls, future_cls, builder_cls, acc, now_ms, wakeup, headers, record_overhead): "
+              "send's one-pass append to a partition's open batch.",
+    .tp_traverse = (traverseproc)open_append_traverse,
+    .tp_clear = (inquiry)open_append_clear,
+    .tp_new = open_append_new,
 };
 
 /* ---------------------------------------------------------------- msgpack_objects */
@@ -1289,7 +1571,10 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__speedups(void)
 {
     if (PyType_Ready(&RecordsWriterType) < 0 || PyType_Ready(&RecordRefType) < 0
-            || PyType_Ready(&SlotsMakerType) < 0)
+            || PyType_Ready(&SlotsMakerType) < 0 || PyType_Ready(&OpenAppendType) < 0)
+        return NULL;
+    str_append = PyUnicode_InternFromString("append");
+    if (str_append == NULL)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
@@ -1312,6 +1597,10 @@ PyMODINIT_FUNC PyInit__speedups(void)
         return NULL;
     }
     if (PyModule_AddObjectRef(m, "SlotsMaker", (PyObject *)&SlotsMakerType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (PyModule_AddObjectRef(m, "OpenAppend", (PyObject *)&OpenAppendType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

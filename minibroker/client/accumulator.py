@@ -189,7 +189,13 @@ _DEFAULT_BACKOFF = Backoff()      # frozen, so one shared default instance is sa
 class RecordAccumulator:
     """Invariants: `buffered_bytes` is the sum of `size` over every batch
     appended to and not yet released (queued or in flight); `queued_count` is the
-    number of batches in the queues (`has_queued` without looking)."""
+    number of batches in the queues (`has_queued` without looking).
+    Slots: the producer's one-pass append (producer.open_append) reads and sets
+    `buffered_bytes` in C, where the extension was built."""
+
+    __slots__ = ("batch_size", "linger_ms", "buffer_memory", "delivery_timeout_ms", "backoff", "new_waiter",
+                 "new_builder", "decode", "rand", "_queues", "open_batches", "_muted", "_drain_index",
+                 "queued_count", "buffered_bytes", "flushing", "closing", "memory_waiters")
 
     def __init__(self, *, batch_size: int = 16384, linger_ms: int = 5, buffer_memory: int = 33_554_432,
                  delivery_timeout_ms: int = 120_000, backoff: Backoff = _DEFAULT_BACKOFF,

@@ -210,6 +210,61 @@ class RecordFuture(_RecordRef):
         return self._batch.tp
 
 
+class _OpenAppendPy:
+    """The Python twin of minibroker._speedups.OpenAppend, `send`'s one-pass append, called
+    `(batch, key, value, max_request_size)` once per record of `send`'s common case: the record
+    goes into `batch`, its partition's open batch, when the batch takes it (not closed, within
+    `batch.size`), it is within max.request.size and `buffer.memory` has room; then the batch's
+    counters and the accumulator's bytes are updated as `ProducerBatch.try_append` and
+    `RecordAccumulator.append` would, the sender is woken if the batch is now full, and the
+    record's future is returned. None (nothing changed) otherwise: `_send` decides."""
+
+    __slots__ = ("acc", "now_ms", "wakeup")
+
+    def __init__(self, acc: RecordAccumulator, now_ms: Callable[[], int], wakeup: Callable[[], None]) -> None:
+        self.acc, self.now_ms, self.wakeup = acc, now_ms, wakeup
+
+    def __call__(self, b: ProducerBatch, key: bytes | None, value: bytes | None,
+                 max_request_size: int) -> RecordFuture | None:
+        if b.closed or b.builder is None:
+            return None
+        size = RECORD_OVERHEAD + (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+        total = b.size + size
+        acc = self.acc
+        if total > b.max_size or size > max_request_size or acc.buffered_bytes + size > acc.buffer_memory:
+            return None
+        now = self.now_ms()
+        i = b.count
+        b.builder.append(i, now, key, value, NO_HEADERS)
+        b.count = i + 1
+        if now != b.first_ts:
+            b.mixed_ts = True
+            if now > b.max_ts:
+                b.max_ts = now
+        b.size = total
+        acc.buffered_bytes += size
+        if total >= b.max_size:
+            self.wakeup()
+        return RecordFuture(b, i)
+
+
+try:    # send's one-pass append in C where the extension was built (uncompressed batches' builder appended in C)
+    from minibroker._speedups import OpenAppend as _OpenAppend
+except ImportError:  # pragma: no cover - the C extension was not built
+    _OpenAppend = None
+
+
+def open_append(acc: RecordAccumulator, now_ms: Callable[[], int],
+                wakeup: Callable[[], None]) -> Callable[..., RecordFuture | None]:
+    """`send`'s one-pass append (`_OpenAppendPy`) for a producer's accumulator, clock and sender
+    wake-up: minibroker._speedups.OpenAppend where it was built, the Python twin otherwise."""
+    builder_class = getattr(records, "RecordsBuilder", None)
+    if _OpenAppend is None or builder_class is None:
+        return _OpenAppendPy(acc, now_ms, wakeup)
+    return _OpenAppend(ProducerBatch, RecordFuture, builder_class, acc, now_ms, wakeup,  # type: ignore[no-any-return]
+                       NO_HEADERS, RECORD_OVERHEAD)
+
+
 class Producer:
     """`async with Producer("127.0.0.1:9092", {"acks": "all"}) as p: await (await p.send("t", b"v"))`."""
 
@@ -247,6 +302,7 @@ class Producer:
         self.partitioner = StickyPartitioner()
         self._sticky = self.partitioner.current                # topic -> its unkeyed records' partition now
         self._open = self.acc.open_batches                     # tp -> its open batch (the accumulator's own dict)
+        self._append_open = open_append(self.acc, self._now_ms, self._wakeup)   # send's one-pass append
         self.net.listeners.append(self._on_metadata)
         # Invariant: _tps[t][p] == TopicPartition(t, p) for the p < _nparts[t]; same keys as _nparts
         self._tps: dict[str, list[TopicPartition]] = {}
@@ -415,7 +471,8 @@ class Producer:
 
         Runs once per record. The common case (running, topic known, no headers or
         timestamp, the partition's open batch takes the record) is handled here in one
-        pass, with the partition chosen as `_send` would choose it; all else is `_send`."""
+        pass, with the partition chosen as `_send` would choose it and the record appended
+        by `_append_open` (open_append: in C where built); all else is `_send`."""
         tps = self._tps.get(topic)
         if tps is not None and self._running and not headers and timestamp_ms is None:
             n = len(tps)
@@ -428,26 +485,10 @@ class Producer:
                 p = partition
             if 0 <= p < n:
                 b = self._open.get(tps[p])
-                if b is not None and not b.closed:
-                    size = RECORD_OVERHEAD + (len(value) if value is not None else 0) + (
-                        len(key) if key is not None else 0)
-                    total = b.size + size
-                    acc = self.acc
-                    if (total <= b.max_size and size <= self.max_request_size
-                            and acc.buffered_bytes + size <= acc.buffer_memory):
-                        now = self._now_ms()
-                        i = b.count
-                        b.builder.append(i, now, key, value, NO_HEADERS)  # type: ignore[union-attr]
-                        b.count = i + 1
-                        if now != b.first_ts:
-                            b.mixed_ts = True
-                            if now > b.max_ts:
-                                b.max_ts = now
-                        b.size = total
-                        acc.buffered_bytes += size
-                        if total >= b.max_size:
-                            self._wakeup()
-                        return RecordFuture(b, i)
+                if b is not None:
+                    fut = self._append_open(b, key, value, self.max_request_size)
+                    if fut is not None:
+                        return fut
         return await self._send(topic, value, key, partition, headers, timestamp_ms)
 
     async def _send(self, topic: str, value: bytes | None, key: bytes | None, partition: int | None,

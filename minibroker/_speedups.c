@@ -754,16 +754,20 @@ static PyObject *open_append_call(OpenAppend *oa, PyObject *const *args, size_t 
     if (!ok || buffered > LLONG_MAX - size || buffered + size > memory)
         Py_RETURN_NONE;
     /* The record goes in: from here on as send's Python twin, step for step. */
+    Py_INCREF(builder);                         /* held across the clock, which runs Python code */
     PyObject *now_obj = PyObject_CallNoArgs(oa->now_ms);
-    if (now_obj == NULL)
+    if (now_obj == NULL) {
+        Py_DECREF(builder);
         return NULL;
+    }
     int overflow;
     long long now = PyLong_AsLongLongAndOverflow(now_obj, &overflow);   /* its TypeError: append's */
     if (overflow)
         (void)PyLong_AsLongLong(now_obj);                               /* append's OverflowError */
-    if (overflow || (now == -1 && PyErr_Occurred()))
+    if (overflow || (now == -1 && PyErr_Occurred())) {
+        Py_DECREF(builder);
         goto fail;
-    Py_INCREF(builder);
+    }
     int appended;
     if (Py_TYPE(builder) == oa->builder_cls) {
         appended = writer_add((RecordsWriter *)builder, count, now, key, value, oa->headers);

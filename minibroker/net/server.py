@@ -53,6 +53,7 @@ from minibroker.protocol.schema import SchemaError, validate, validator
 
 log = logging.getLogger("minibroker.net")
 
+_new_object = object.__new__
 _NO_RESPONSE = object()
 _PENDING = object()                      # a slot's response before it is ready
 _API_KEYS: dict[int, ApiKey] = {int(k): k for k in ApiKey}
@@ -270,6 +271,8 @@ class ServerConnection(asyncio.Protocol):
                     break
                 budget -= 1
                 self._on_frame(body)
+                if budget and decoder.buffered < 4:
+                    break                       # (where the next turn would stop: no frame's length yet)
         finally:
             self._pumping = False
         if (self._reading_paused or self._write_paused or self._pump_scheduled or self._auth_failed
@@ -400,19 +403,24 @@ class ServerConnection(asyncio.Protocol):
             self._answer(slot, _error(cid, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                                       f"{api.name} needs an authenticated inter-broker connection"))
             return
-        if isinstance(validated, SchemaError):
-            self._answer(slot, _error(cid, ErrorCode.INVALID_REQUEST, str(validated)))
-            return
-        if validated is not None:
-            body = validated
-        else:
+        large: dict[str, Any] | None = None
+        if validated is None:                   # (decoded on the loop: validated here)
             try:
                 body = _VALIDATORS[api](msg)
             except SchemaError as exc:
                 self._answer(slot, _error(cid, ErrorCode.INVALID_REQUEST, str(exc)))
                 return
-        ctx = RequestContext(self, api, version, cid, header["client"])
-        large = body if validated is not None else None
+        elif isinstance(validated, SchemaError):
+            self._answer(slot, _error(cid, ErrorCode.INVALID_REQUEST, str(validated)))
+            return
+        else:
+            body = large = validated
+        ctx = _new_object(RequestContext)      # (RequestContext(...) without its Python __init__)
+        ctx.conn = self
+        ctx.api = api
+        ctx.version = version
+        ctx.correlation_id = cid
+        ctx.client_id = header["client"]
         try:
             r = spec.fn(ctx, body)
         except Exception as exc:
@@ -535,8 +543,8 @@ class ServerConnection(asyncio.Protocol):
                 self._last_active = self._loop.time()
         else:
             self._answer_in_order(slot, resp)
-        if (not self._closed and not self._pumping and not self._pump_soon
-                and (self._decoder.buffered or self._reading_paused)):
+        if ((self._decoder.buffered or self._reading_paused)
+                and not self._closed and not self._pumping and not self._pump_soon):
             # The frames that waited for this answer are admitted on the loop's next turn, never inside
             # the call that answered (a completion run by another request's handler must not dispatch).
             self._pump_soon = True

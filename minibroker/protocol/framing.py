@@ -212,7 +212,9 @@ class FrameDecoder:
             # pop_raw would do, without their calls.
             (length,) = _LEN.unpack_from(data, 0)
             if len(data) == 4 + length and length <= self.max_frame_bytes:
-                return [decode_body(memoryview(data)[4:])]
+                body = memoryview(data)[4:]
+                msg = _decode_map(body)             # (decode_body's first step, without its call)
+                return [msg if msg is not None else decode_body(body)]
         self.push(data)
         out: list[dict[str, Any]] = []
         while (body := self.pop_raw()) is not None:
@@ -233,24 +235,26 @@ class FrameDecoder:
             return None
         chunks = self._chunks
         first = chunks[0]
-        if len(first) < 4:
+        held = len(first)                   # (after a _join: every byte buffered, `size`)
+        if held < 4:
             first = self._join()
+            held = size
         (length,) = _LEN.unpack_from(first, 0)
         if length > self.max_frame_bytes:
             raise FramingError(f"frame of {length} bytes exceeds socket.request.max.bytes={self.max_frame_bytes}")
         end = 4 + length
         if size < end:
             return None
-        if len(first) < end:
+        if held < end:
             first = self._join()
+            held = size
         view = memoryview(first)
-        body = view[4:end]
-        if len(first) == end:
+        if held == end:
             chunks.popleft()
         else:
             chunks[0] = view[end:]
         self.buffered = size - end
-        return body
+        return view[4:end]
 
     def _join(self) -> bytes:
         """Every buffered chunk as one (a frame spans several)."""

@@ -186,9 +186,10 @@ class PartitionLeader:
         self._partition_epoch = partition_epoch
         # Invariant: epoch_start_offset <= leo; the LEO when this epoch began.
         self._epoch_start_offset = leo
-        # Invariant: log_start_offset <= hw <= leo; hw never decreases.
+        # Invariant: log_start_offset <= hw <= leo; hw never decreases. A plain attribute (the driver reads
+        # it twice per Fetch), written only by this core (`_maybe_increment_hw`).
         self._leo = leo
-        self._hw = hw
+        self.hw = hw
         self._log_start_offset = log_start_offset
         self._followers: dict[int, FollowerState] = {}
         self._eligibility: dict[int, _Eligibility] = {}
@@ -213,10 +214,6 @@ class PartitionLeader:
     @property
     def replicas(self) -> tuple[int, ...]:
         return self._replicas
-
-    @property
-    def hw(self) -> int:
-        return self._hw
 
     @property
     def leo(self) -> int:
@@ -303,8 +300,8 @@ class PartitionLeader:
         if not self.is_isr_eligible(replica):
             return "not ISR-eligible (fenced, shutting down or stale incarnation)"
         f = self._followers[replica]
-        if f.leo < self._hw:
-            return f"LEO {f.leo} < HW {self._hw}"
+        if f.leo < self.hw:
+            return f"LEO {f.leo} < HW {self.hw}"
         if self.profile.expand_requires_epoch_start and f.leo < self._epoch_start_offset:
             return f"LEO {f.leo} < leader epoch start offset {self._epoch_start_offset}"
         return None
@@ -650,8 +647,8 @@ class PartitionLeader:
         forward (H6). Never past the HW: retention deletes only below it."""
         if log_start_offset <= self._log_start_offset:
             return
-        if log_start_offset > self._hw:
-            raise ValueError(f"log start {log_start_offset} above the HW {self._hw}")
+        if log_start_offset > self.hw:
+            raise ValueError(f"log start {log_start_offset} above the HW {self.hw}")
         self._log_start_offset = log_start_offset
 
     def isr_with_broker_epochs(self, isr: Iterable[int], own_broker_epoch: int | None = None
@@ -679,7 +676,7 @@ class PartitionLeader:
         # Lesson: followers start at the HW, caught up and fetched "now" if in
         # the ISR, their last fetch having seen the current LEO.
         t = now_ms if in_isr else None
-        return FollowerState(self._hw if in_isr else UNKNOWN, t, t, self._leo)
+        return FollowerState(self.hw if in_isr else UNKNOWN, t, t, self._leo)
 
     @staticmethod
     def _ordered(members: Iterable[int]) -> tuple[int, ...]:
@@ -701,10 +698,10 @@ class PartitionLeader:
                 f"{now_ms - f.last_caught_up_ms} > lag max {self.lag_max_ms}")
 
     def _begin(self) -> Decision:
-        return Decision(old_hw=self._hw, new_hw=self._hw)
+        return Decision(old_hw=self.hw, new_hw=self.hw)
 
     def _finish(self, d: Decision) -> Decision:
-        d.new_hw = self._hw
+        d.new_hw = self.hw
         d.hw_moved = d.new_hw != d.old_hw
         return d
 
@@ -738,10 +735,10 @@ class PartitionLeader:
             return
         f = self._followers[replica]
         new_isr = self._ordered(self._isr + (replica,))
-        why = f"{replica} caught up: LEO {f.leo} >= HW {self._hw}"
+        why = f"{replica} caught up: LEO {f.leo} >= HW {self.hw}"
         if self.profile.expand_requires_epoch_start:
             why += f" and >= epoch start offset {self._epoch_start_offset}"
-        evidence = {"follower_leo": f.leo, "hw": self._hw,
+        evidence = {"follower_leo": f.leo, "hw": self.hw,
                     "epoch_start_offset": self._epoch_start_offset}
         if self.profile.commit_isr_immediately:
             self._commit_isr(d, new_isr, self._partition_epoch + 1, now_ms, why, **evidence)
@@ -791,10 +788,10 @@ class PartitionLeader:
             ):
                 candidate = f.leo
                 bound = r
-        if candidate <= self._hw:
+        if candidate <= self.hw:
             return False
-        old = self._hw
-        self._hw = candidate
+        old = self.hw
+        self.hw = candidate
         over = "maximal ISR" if self._maximal != self._isr else "ISR"
         reason = f"min LEO over {over} {_joined(self._maximal)}"
         if counts_caught_up and bound not in self._maximal:
@@ -807,12 +804,12 @@ class PartitionLeader:
 
     def _complete_reached(self, d: Decision, now_ms: int) -> None:
         """P6: waiters whose offset the HW reached complete, in offset order."""
-        if not self._waiters or self._waiters[0].required_offset > self._hw:
+        if not self._waiters or self._waiters[0].required_offset > self.hw:
             return
         min_isr = self.effective_min_isr
         code = ErrorCode.NONE if len(self._maximal) >= min_isr else ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         offsets = []
-        waiters, hw = self._waiters, self._hw
+        waiters, hw = self._waiters, self.hw
         while waiters and waiters[0].required_offset <= hw:
             w = heapq.heappop(waiters)
             if not w.alive:

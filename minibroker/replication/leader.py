@@ -169,7 +169,7 @@ class PartitionLeader:
         self.leader_id = leader_id
         self.profile = profile
         self.lag_max_ms = lag_max_ms
-        self.min_isr = min_isr
+        self.min_isr = min_isr            # changed by `on_min_isr_changed` only
         self.broker_epoch = broker_epoch  # this leader's own incarnation (I5)
         # Invariant: False only skips the routine per-request events: follower_fetch, and produce_completed
         # for waiters that succeeded (a failure is always emitted).
@@ -182,6 +182,9 @@ class PartitionLeader:
         self._check_isr(self._isr)
         self._pending: PendingIsrChange | None = None
         self._maximal: tuple[int, ...] = self._isr
+        # Invariant: effective_min_isr and under_min_isr are `_min_isr_rule` of min_isr, the replicas and the
+        # committed ISR as they are now (plain attributes: asked several times per record).
+        self.effective_min_isr, self.under_min_isr = self._min_isr_rule()
         self._leader_epoch = leader_epoch
         self._partition_epoch = partition_epoch
         # Invariant: epoch_start_offset <= leo; the LEO when this epoch began.
@@ -248,17 +251,6 @@ class PartitionLeader:
     @property
     def epoch_start_offset(self) -> int:
         return self._epoch_start_offset
-
-    @property
-    def effective_min_isr(self) -> int:
-        if self.profile.cap_min_isr_at_rf:
-            return min(self.min_isr, len(self._replicas))
-        return self.min_isr
-
-    @property
-    def under_min_isr(self) -> bool:
-        """The committed ISR is smaller than the effective min ISR."""
-        return len(self._isr) < self.effective_min_isr
 
     @property
     def followers(self) -> Mapping[int, FollowerState]:
@@ -563,6 +555,7 @@ class PartitionLeader:
             self._emit(d, "min_isr_changed", now_ms, self.min_isr, min_isr,
                        f"min.insync.replicas {self.min_isr} -> {min_isr} (config change)")
             self.min_isr = min_isr
+            self.effective_min_isr, self.under_min_isr = self._min_isr_rule()
             self._maybe_increment_hw(d, now_ms, "min.insync.replicas changed")
         return self._finish(d)
 
@@ -602,6 +595,7 @@ class PartitionLeader:
         self._pending = None
         self._maximal = new_isr
         self._partition_epoch = partition_epoch
+        self.effective_min_isr, self.under_min_isr = self._min_isr_rule()      # the replicas and ISR changed
         d.isr_changed = old_isr != new_isr
         if leader_epoch > self._leader_epoch:
             self._leader_epoch = leader_epoch
@@ -684,6 +678,12 @@ class PartitionLeader:
         at the end (Partition.prepareIsrExpand), duplicates dropped."""
         return tuple(dict.fromkeys(members))
 
+    def _min_isr_rule(self) -> tuple[int, bool]:
+        """(effective min ISR, whether the committed ISR is smaller): min.insync.replicas, capped at the
+        replication factor when the profile says so (cap_min_isr_at_rf)."""
+        effective = min(self.min_isr, len(self._replicas)) if self.profile.cap_min_isr_at_rf else self.min_isr
+        return effective, len(self._isr) < effective
+
     def _check_isr(self, isr: tuple[int, ...]) -> None:
         if self.leader_id not in isr:
             raise ValueError(f"ISR {list(isr)} must contain the leader {self.leader_id}")
@@ -761,6 +761,7 @@ class PartitionLeader:
         self._maximal = new_isr
         self._pending = None
         self._partition_epoch = partition_epoch
+        self.effective_min_isr, self.under_min_isr = self._min_isr_rule()
         d.isr_changed = old != new_isr
         joined = [r for r in new_isr if r not in old]
         left = [r for r in old if r not in new_isr]

@@ -178,7 +178,7 @@ class _FetchCall:
         self.full = True
         self.stamps: list[tuple[Any, ...] | None] | None = None     # replica fetches: each read's state
         self.results: list[ReadResult] = []
-        self.total = 0
+        self.total = 0                      # Invariant: the record bytes in `results`
         self.respond_now = False
         self.skipped = False                # quiet partitions are left out of `requests`
         self.moved: frozenset[Any] | set[Any] = _NOTHING
@@ -1038,10 +1038,15 @@ class ReplicaManager:
                     quiet = session.quiet
                     requests = [e for k, e in session.partitions.items() if k not in quiet or k in since]
         call.requests = requests
-        room = fetch_records_budget(self.max_frame_bytes, self.max_frame_bytes, len(requests))
-        call.room = room
-        call.budget = max(0, min(body["max_bytes"], room))            # fetch_records_budget(max_bytes, ...)
+        self._fetch_budget(call)
         self._fetch_read(call, 0)
+
+    def _fetch_budget(self, call: _FetchCall) -> None:
+        """The record bytes the answer to `call` may carry, for its number of entries: the frame's room,
+        and within it the request's max_bytes (both depend on nothing else)."""
+        room = fetch_records_budget(self.max_frame_bytes, self.max_frame_bytes, len(call.requests))
+        call.room = room
+        call.budget = max(0, min(call.body["max_bytes"], room))       # fetch_records_budget(max_bytes, ...)
 
     def _fetch_read(self, call: _FetchCall, lo: int) -> None:
         """The initial read, REQUEST_SLICE partitions per turn. For an incremental session Fetch, a
@@ -1151,12 +1156,10 @@ class ReplicaManager:
         session = call.session
         if call.skipped and session is not None and (changed is None or changed):
             self._readmit_quiet(session, call.requests, call.results, call.stamps, changed, call.moved)
+            self._fetch_budget(call)            # more entries, less room (`total` holds: quiet results carry none)
         if changed is None or changed:
             call.now = self.clock()
             call.changed = changed
-            call.total = sum(len(r.records) for r in call.results)
-            call.room = fetch_records_budget(self.max_frame_bytes, self.max_frame_bytes, len(call.requests))
-            call.budget = max(0, min(call.body["max_bytes"], call.room))
             self._fetch_reread(call, 0)
             return
         self._fetch_answer(call)

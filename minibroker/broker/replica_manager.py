@@ -1301,27 +1301,15 @@ class ReplicaManager:
 
     def _read_within(self, call: _FetchCall, part: Partition | None, key: PartitionKey, p: dict, initial: bool
                      ) -> ReadResult:
-        """One partition's read within what the Fetch has left (partition_max_bytes, the request's budget
-        and the frame's room); `call.total` counts the record bytes taken. A KIP-74 first batch that
-        cannot fit the frame beside the other entries is left out."""
-        total = call.total
+        """One partition of a Fetch (`part` is the hosted replica of `key`, or None), read within what the
+        Fetch has left (partition_max_bytes, the request's budget and the frame's room); `call.total`
+        counts the record bytes taken. A KIP-74 first batch that cannot fit the frame beside the other
+        entries is left out. `initial`: the Fetch's first read (a follower's fetch is applied then only)."""
+        body, now, total = call.body, call.now, call.total
         max_bytes = call.budget - total
         pmax = p["partition_max_bytes"]
         if pmax < max_bytes:
             max_bytes = pmax
-        r = self._read_partition(part, key, p, call.body, call.now, max_bytes if max_bytes > 0 else 0, total == 0,
-                                 initial)
-        size = len(r.records)
-        if size:
-            if total + size > call.room:
-                r.records = b""
-            else:
-                call.total = total + size
-        return r
-
-    def _read_partition(self, part: Partition | None, key: PartitionKey, p: dict, body: dict, now: int,
-                        max_bytes: int, min_one: bool, initial: bool) -> ReadResult:
-        """One partition of a Fetch: `part` is the hosted replica of `key`, or None."""
         if part is None or part.role == NONE:
             return ReadResult(self._not_hosted_error(key))
         epoch = p["current_leader_epoch"]
@@ -1362,9 +1350,15 @@ class ReplicaManager:
             log_start = part.log.log_start_offset
             limit = hw
         try:
-            records = part.read(offset, max_bytes, limit, min_one)
+            records = part.read(offset, max_bytes if max_bytes > 0 else 0, limit, total == 0)
         except KafkaError as exc:
             return ReadResult(_code(exc.code), hw, log_start, message=exc.message)  # type: ignore[arg-type]
+        size = len(records)
+        if size:
+            if total + size > call.room:
+                records = b""
+            else:
+                call.total = total + size
         return ReadResult(ErrorCode.NONE, hw, log_start, records)
 
     def _preferred_read_replica(self, part: Partition, core: PartitionLeader, offset: int, rack: str) -> int:

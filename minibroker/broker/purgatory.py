@@ -253,7 +253,11 @@ class FetchPurgatory:
     def watching(self, key: PartitionKey) -> bool:
         """Whether a parked fetch watches `key` (a notification then has somebody to tell)."""
         ops = self._by_key.get(key)
-        return ops is not None and any(op.active for op in ops)
+        if ops is not None:
+            for op in ops:
+                if op.active:
+                    return True
+        return False
 
     def on_append(self, key: PartitionKey, nbytes: int | None) -> None:
         """New data at the log end of `key`: wakes follower fetches (and, on a
@@ -262,8 +266,9 @@ class FetchPurgatory:
         ops = self._by_key.get(key)
         if ops:
             for op in list(ops):
-                if op.changed is not None:
-                    op.changed.add(key)
+                changed = op.changed
+                if changed is not None:
+                    changed.add(key)
                 if op.follower:
                     op.add_bytes(nbytes)
 
@@ -273,8 +278,9 @@ class FetchPurgatory:
         ops = self._by_key.get(key)
         if ops:
             for op in list(ops):
-                if op.changed is not None:
-                    op.changed.add(key)
+                changed = op.changed
+                if changed is not None:
+                    changed.add(key)
                 if not op.follower:
                     op.add_bytes(nbytes)
 
@@ -285,8 +291,9 @@ class FetchPurgatory:
         ops = self._by_key.get(key)
         if ops:
             for op in list(ops):
-                if op.changed is not None:
-                    op.changed.add(key)
+                changed = op.changed
+                if changed is not None:
+                    changed.add(key)
                 op.complete()
 
     def complete_all(self) -> None:

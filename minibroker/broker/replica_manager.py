@@ -178,7 +178,7 @@ class _FetchCall:
         self.full = True
         self.stamps: list[tuple[Any, ...] | None] | None = None     # replica fetches: each read's state
         self.results: list[ReadResult] = []
-        self.total = 0
+        self.total = 0                      # Invariant: the record bytes in `results`
         self.respond_now = False
         self.skipped = False                # quiet partitions are left out of `requests`
         self.moved: frozenset[Any] | set[Any] = _NOTHING
@@ -1038,10 +1038,15 @@ class ReplicaManager:
                     quiet = session.quiet
                     requests = [e for k, e in session.partitions.items() if k not in quiet or k in since]
         call.requests = requests
-        room = fetch_records_budget(self.max_frame_bytes, self.max_frame_bytes, len(requests))
-        call.room = room
-        call.budget = max(0, min(body["max_bytes"], room))            # fetch_records_budget(max_bytes, ...)
+        self._fetch_budget(call)
         self._fetch_read(call, 0)
+
+    def _fetch_budget(self, call: _FetchCall) -> None:
+        """The record bytes the answer to `call` may carry, for its number of entries: the frame's room,
+        and within it the request's max_bytes (both depend on nothing else)."""
+        room = fetch_records_budget(self.max_frame_bytes, self.max_frame_bytes, len(call.requests))
+        call.room = room
+        call.budget = max(0, min(call.body["max_bytes"], room))       # fetch_records_budget(max_bytes, ...)
 
     def _fetch_read(self, call: _FetchCall, lo: int) -> None:
         """The initial read, REQUEST_SLICE partitions per turn. For an incremental session Fetch, a
@@ -1151,12 +1156,10 @@ class ReplicaManager:
         session = call.session
         if call.skipped and session is not None and (changed is None or changed):
             self._readmit_quiet(session, call.requests, call.results, call.stamps, changed, call.moved)
+            self._fetch_budget(call)            # more entries, less room (`total` holds: quiet results carry none)
         if changed is None or changed:
             call.now = self.clock()
             call.changed = changed
-            call.total = sum(len(r.records) for r in call.results)
-            call.room = fetch_records_budget(self.max_frame_bytes, self.max_frame_bytes, len(call.requests))
-            call.budget = max(0, min(call.body["max_bytes"], call.room))
             self._fetch_reread(call, 0)
             return
         self._fetch_answer(call)
@@ -1298,27 +1301,15 @@ class ReplicaManager:
 
     def _read_within(self, call: _FetchCall, part: Partition | None, key: PartitionKey, p: dict, initial: bool
                      ) -> ReadResult:
-        """One partition's read within what the Fetch has left (partition_max_bytes, the request's budget
-        and the frame's room); `call.total` counts the record bytes taken. A KIP-74 first batch that
-        cannot fit the frame beside the other entries is left out."""
-        total = call.total
+        """One partition of a Fetch (`part` is the hosted replica of `key`, or None), read within what the
+        Fetch has left (partition_max_bytes, the request's budget and the frame's room); `call.total`
+        counts the record bytes taken. A KIP-74 first batch that cannot fit the frame beside the other
+        entries is left out. `initial`: the Fetch's first read (a follower's fetch is applied then only)."""
+        body, now, total = call.body, call.now, call.total
         max_bytes = call.budget - total
         pmax = p["partition_max_bytes"]
         if pmax < max_bytes:
             max_bytes = pmax
-        r = self._read_partition(part, key, p, call.body, call.now, max_bytes if max_bytes > 0 else 0, total == 0,
-                                 initial)
-        size = len(r.records)
-        if size:
-            if total + size > call.room:
-                r.records = b""
-            else:
-                call.total = total + size
-        return r
-
-    def _read_partition(self, part: Partition | None, key: PartitionKey, p: dict, body: dict, now: int,
-                        max_bytes: int, min_one: bool, initial: bool) -> ReadResult:
-        """One partition of a Fetch: `part` is the hosted replica of `key`, or None."""
         if part is None or part.role == NONE:
             return ReadResult(self._not_hosted_error(key))
         epoch = p["current_leader_epoch"]
@@ -1359,9 +1350,15 @@ class ReplicaManager:
             log_start = part.log.log_start_offset
             limit = hw
         try:
-            records = part.read(offset, max_bytes, limit, min_one)
+            records = part.read(offset, max_bytes if max_bytes > 0 else 0, limit, total == 0)
         except KafkaError as exc:
             return ReadResult(_code(exc.code), hw, log_start, message=exc.message)  # type: ignore[arg-type]
+        size = len(records)
+        if size:
+            if total + size > call.room:
+                records = b""
+            else:
+                call.total = total + size
         return ReadResult(ErrorCode.NONE, hw, log_start, records)
 
     def _preferred_read_replica(self, part: Partition, core: PartitionLeader, offset: int, rack: str) -> int:

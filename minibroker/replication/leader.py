@@ -169,7 +169,7 @@ class PartitionLeader:
         self.leader_id = leader_id
         self.profile = profile
         self.lag_max_ms = lag_max_ms
-        self.min_isr = min_isr
+        self.min_isr = min_isr            # changed by `on_min_isr_changed` only
         self.broker_epoch = broker_epoch  # this leader's own incarnation (I5)
         # Invariant: False only skips the routine per-request events: follower_fetch, and produce_completed
         # for waiters that succeeded (a failure is always emitted).
@@ -182,13 +182,17 @@ class PartitionLeader:
         self._check_isr(self._isr)
         self._pending: PendingIsrChange | None = None
         self._maximal: tuple[int, ...] = self._isr
+        # Invariant: effective_min_isr and under_min_isr are `_min_isr_rule` of min_isr, the replicas and the
+        # committed ISR as they are now (plain attributes: asked several times per record).
+        self.effective_min_isr, self.under_min_isr = self._min_isr_rule()
         self._leader_epoch = leader_epoch
         self._partition_epoch = partition_epoch
         # Invariant: epoch_start_offset <= leo; the LEO when this epoch began.
         self._epoch_start_offset = leo
-        # Invariant: log_start_offset <= hw <= leo; hw never decreases.
+        # Invariant: log_start_offset <= hw <= leo; hw never decreases. A plain attribute (the driver reads
+        # it twice per Fetch), written only by this core (`_maybe_increment_hw`).
         self._leo = leo
-        self._hw = hw
+        self.hw = hw
         self._log_start_offset = log_start_offset
         self._followers: dict[int, FollowerState] = {}
         self._eligibility: dict[int, _Eligibility] = {}
@@ -213,10 +217,6 @@ class PartitionLeader:
     @property
     def replicas(self) -> tuple[int, ...]:
         return self._replicas
-
-    @property
-    def hw(self) -> int:
-        return self._hw
 
     @property
     def leo(self) -> int:
@@ -251,17 +251,6 @@ class PartitionLeader:
     @property
     def epoch_start_offset(self) -> int:
         return self._epoch_start_offset
-
-    @property
-    def effective_min_isr(self) -> int:
-        if self.profile.cap_min_isr_at_rf:
-            return min(self.min_isr, len(self._replicas))
-        return self.min_isr
-
-    @property
-    def under_min_isr(self) -> bool:
-        """The committed ISR is smaller than the effective min ISR."""
-        return len(self._isr) < self.effective_min_isr
 
     @property
     def followers(self) -> Mapping[int, FollowerState]:
@@ -303,8 +292,8 @@ class PartitionLeader:
         if not self.is_isr_eligible(replica):
             return "not ISR-eligible (fenced, shutting down or stale incarnation)"
         f = self._followers[replica]
-        if f.leo < self._hw:
-            return f"LEO {f.leo} < HW {self._hw}"
+        if f.leo < self.hw:
+            return f"LEO {f.leo} < HW {self.hw}"
         if self.profile.expand_requires_epoch_start and f.leo < self._epoch_start_offset:
             return f"LEO {f.leo} < leader epoch start offset {self._epoch_start_offset}"
         return None
@@ -566,6 +555,7 @@ class PartitionLeader:
             self._emit(d, "min_isr_changed", now_ms, self.min_isr, min_isr,
                        f"min.insync.replicas {self.min_isr} -> {min_isr} (config change)")
             self.min_isr = min_isr
+            self.effective_min_isr, self.under_min_isr = self._min_isr_rule()
             self._maybe_increment_hw(d, now_ms, "min.insync.replicas changed")
         return self._finish(d)
 
@@ -605,6 +595,7 @@ class PartitionLeader:
         self._pending = None
         self._maximal = new_isr
         self._partition_epoch = partition_epoch
+        self.effective_min_isr, self.under_min_isr = self._min_isr_rule()      # the replicas and ISR changed
         d.isr_changed = old_isr != new_isr
         if leader_epoch > self._leader_epoch:
             self._leader_epoch = leader_epoch
@@ -650,8 +641,8 @@ class PartitionLeader:
         forward (H6). Never past the HW: retention deletes only below it."""
         if log_start_offset <= self._log_start_offset:
             return
-        if log_start_offset > self._hw:
-            raise ValueError(f"log start {log_start_offset} above the HW {self._hw}")
+        if log_start_offset > self.hw:
+            raise ValueError(f"log start {log_start_offset} above the HW {self.hw}")
         self._log_start_offset = log_start_offset
 
     def isr_with_broker_epochs(self, isr: Iterable[int], own_broker_epoch: int | None = None
@@ -679,13 +670,19 @@ class PartitionLeader:
         # Lesson: followers start at the HW, caught up and fetched "now" if in
         # the ISR, their last fetch having seen the current LEO.
         t = now_ms if in_isr else None
-        return FollowerState(self._hw if in_isr else UNKNOWN, t, t, self._leo)
+        return FollowerState(self.hw if in_isr else UNKNOWN, t, t, self._leo)
 
     @staticmethod
     def _ordered(members: Iterable[int]) -> tuple[int, ...]:
         """The ISR in Kafka's order: as the controller keeps it, a joiner appended
         at the end (Partition.prepareIsrExpand), duplicates dropped."""
         return tuple(dict.fromkeys(members))
+
+    def _min_isr_rule(self) -> tuple[int, bool]:
+        """(effective min ISR, whether the committed ISR is smaller): min.insync.replicas, capped at the
+        replication factor when the profile says so (cap_min_isr_at_rf)."""
+        effective = min(self.min_isr, len(self._replicas)) if self.profile.cap_min_isr_at_rf else self.min_isr
+        return effective, len(self._isr) < effective
 
     def _check_isr(self, isr: tuple[int, ...]) -> None:
         if self.leader_id not in isr:
@@ -701,10 +698,10 @@ class PartitionLeader:
                 f"{now_ms - f.last_caught_up_ms} > lag max {self.lag_max_ms}")
 
     def _begin(self) -> Decision:
-        return Decision(old_hw=self._hw, new_hw=self._hw)
+        return Decision(old_hw=self.hw, new_hw=self.hw)
 
     def _finish(self, d: Decision) -> Decision:
-        d.new_hw = self._hw
+        d.new_hw = self.hw
         d.hw_moved = d.new_hw != d.old_hw
         return d
 
@@ -738,10 +735,10 @@ class PartitionLeader:
             return
         f = self._followers[replica]
         new_isr = self._ordered(self._isr + (replica,))
-        why = f"{replica} caught up: LEO {f.leo} >= HW {self._hw}"
+        why = f"{replica} caught up: LEO {f.leo} >= HW {self.hw}"
         if self.profile.expand_requires_epoch_start:
             why += f" and >= epoch start offset {self._epoch_start_offset}"
-        evidence = {"follower_leo": f.leo, "hw": self._hw,
+        evidence = {"follower_leo": f.leo, "hw": self.hw,
                     "epoch_start_offset": self._epoch_start_offset}
         if self.profile.commit_isr_immediately:
             self._commit_isr(d, new_isr, self._partition_epoch + 1, now_ms, why, **evidence)
@@ -764,6 +761,7 @@ class PartitionLeader:
         self._maximal = new_isr
         self._pending = None
         self._partition_epoch = partition_epoch
+        self.effective_min_isr, self.under_min_isr = self._min_isr_rule()
         d.isr_changed = old != new_isr
         joined = [r for r in new_isr if r not in old]
         left = [r for r in old if r not in new_isr]
@@ -791,10 +789,10 @@ class PartitionLeader:
             ):
                 candidate = f.leo
                 bound = r
-        if candidate <= self._hw:
+        if candidate <= self.hw:
             return False
-        old = self._hw
-        self._hw = candidate
+        old = self.hw
+        self.hw = candidate
         over = "maximal ISR" if self._maximal != self._isr else "ISR"
         reason = f"min LEO over {over} {_joined(self._maximal)}"
         if counts_caught_up and bound not in self._maximal:
@@ -807,12 +805,12 @@ class PartitionLeader:
 
     def _complete_reached(self, d: Decision, now_ms: int) -> None:
         """P6: waiters whose offset the HW reached complete, in offset order."""
-        if not self._waiters or self._waiters[0].required_offset > self._hw:
+        if not self._waiters or self._waiters[0].required_offset > self.hw:
             return
         min_isr = self.effective_min_isr
         code = ErrorCode.NONE if len(self._maximal) >= min_isr else ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         offsets = []
-        waiters, hw = self._waiters, self._hw
+        waiters, hw = self._waiters, self.hw
         while waiters and waiters[0].required_offset <= hw:
             w = heapq.heappop(waiters)
             if not w.alive:

@@ -421,12 +421,7 @@ class Producer:
         self.acc.closing = True
         for b in self.acc.abort_all():
             self._complete(b, -1, KafkaError(ErrorCode.NETWORK_EXCEPTION, "producer closed before the batch was sent"))
-        if self._pass_handle is not None:
-            self._pass_handle.cancel()
-            self._pass_handle = None
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._no_pass_due()
         if self._pid_task is not None:
             self._pid_task.cancel()
             try:
@@ -685,8 +680,8 @@ class Producer:
         self._pass()
 
     def _no_pass_due(self) -> None:
-        """The only queued batch was just taken (`_send_now`, `_write_alone`): as the pass would,
-        drop the scheduled pass and the linger timer, with nothing left queued to wait for."""
+        """Nothing is left queued to wait for: the only queued batch was just taken (`_send_now`,
+        `_write_alone`), or `close` aborted them all. Drops the scheduled pass and the linger timer."""
         if self._pass_handle is not None:
             self._pass_handle.cancel()
             self._pass_handle = None

@@ -16,6 +16,7 @@ There are no consumer groups: partitions are assigned explicitly.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import Any
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
@@ -52,7 +53,7 @@ class Consumer:
         self.max_poll_records = self.cfg.get_int("max.poll.records")
         self.request_timeout_ms = self.cfg.get_int("request.timeout.ms")
         self._buffers: dict[TopicPartition, RecordBuffer] = {}
-        self._fetches: dict[int, asyncio.Task] = {}     # Invariant: at most one Fetch in flight per broker
+        self._fetches: dict[int, object] = {}           # Invariant: at most one Fetch in flight per broker (its token)
         self._resets: set[asyncio.Task] = set()
         self._changed = asyncio.Event()                 # set when anything a poll may wait for happened
         self._errors: list[KafkaError] = []
@@ -79,7 +80,8 @@ class Consumer:
         if self._closed:
             return
         self._closed = True
-        tasks = list(self._fetches.values()) + list(self._resets)
+        self._fetches.clear()                       # their answers, or failures as the connections close, are dropped
+        tasks = list(self._resets)
         for t in tasks:
             t.cancel()
         for t in tasks:
@@ -314,12 +316,13 @@ class Consumer:
         for node, tps in plan.items():
             for tp in tps:
                 self.state.on_sent(tp)
-            task = asyncio.ensure_future(self._fetch(node, tps, rack="" if node in without_rack else self.rack))
-            self._fetches[node] = task
+            self._send_fetch(node, tps, rack="" if node in without_rack else self.rack)
 
-    async def _fetch(self, node: int, tps: list[TopicPartition], rack: str) -> None:
-        """One Fetch to `node`; `rack` is empty while a partition's preferred read replica is
-        unknown to our metadata, so the leader serves it instead of redirecting again."""
+    def _send_fetch(self, node: int, tps: list[TopicPartition], rack: str) -> None:
+        """One Fetch to `node`, written now: from a poll about to hand records out, it travels while
+        the application works on them (KafkaConsumer.pollForFetches). Its answer comes to `_fetched`.
+        `rack` is empty while a partition's preferred read replica is unknown to our metadata, so the
+        leader serves it instead of redirecting again."""
         topics: dict[str, list[dict[str, Any]]] = {}
         for tp in tps:
             topics.setdefault(tp.topic, []).append({
@@ -329,21 +332,26 @@ class Consumer:
         body = {"replica_id": -1, "max_wait_ms": self.max_wait_ms, "min_bytes": self.min_bytes,
                 "max_bytes": self.max_bytes, "rack_id": rack,
                 "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}
-        try:
-            try:
-                resp = await self.net.request(node, ApiKey.FETCH, body,
-                                              timeout_ms=self.request_timeout_ms + self.max_wait_ms)
-                if resp.get("error"):
-                    raise KafkaError(resp["error"], resp.get("message", ""), remote=True)
-            except KafkaError as exc:
-                log.debug("fetch from broker %d failed: %s", node, exc)
-                self._note(self.state.on_request_failed(tps, node, now_ms()))
-                return
-            self._handle_fetch(node, tps, resp)
-        finally:
-            if self._fetches.get(node) is asyncio.current_task():
-                del self._fetches[node]
-            self._changed.set()
+        token = object()
+        self._fetches[node] = token
+        self.net.send_request(node, ApiKey.FETCH, body, functools.partial(self._fetched, node, tps, token),
+                              timeout_ms=self.request_timeout_ms + self.max_wait_ms)
+
+    def _fetched(self, node: int, tps: list[TopicPartition], token: object, resp: dict[str, Any] | None,
+                 error: KafkaError | None) -> None:
+        """Triggered by the answer to the Fetch `token` names (in the read callback that decoded it),
+        or by its failure (timed out, connection lost: a later loop turn)."""
+        if self._fetches.get(node) is not token:
+            return                                  # the consumer closed while it was in flight
+        del self._fetches[node]
+        self._changed.set()
+        if error is None and resp is not None and resp.get("error"):
+            error = KafkaError(resp["error"], resp.get("message", ""), remote=True)
+        if error is not None or resp is None:
+            log.debug("fetch from broker %d failed: %s", node, error)
+            self._note(self.state.on_request_failed(tps, node, now_ms()))
+            return
+        self._handle_fetch(node, tps, resp)
 
     def _handle_fetch(self, node: int, sent: list[TopicPartition], resp: dict[str, Any]) -> None:
         now = now_ms()

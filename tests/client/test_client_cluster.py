@@ -294,22 +294,23 @@ async def test_a_preferred_replica_missing_from_metadata_refreshes_it_and_reads_
                                                    "metadata.max.age.ms": "600000"}) as c:
         c.on_note = notes.append
         cache, net = c.net.cache, c.net
-        real_update, real_request = cache.update, net.request
+        real_update, real_send = cache.update, net.send_request
 
         def stale_update(resp, now_ms):          # metadata as fetched while broker 2 was fenced
             if not any(f[2] == 2 for f in fetches):
                 resp = {**resp, "brokers": [b for b in resp.get("brokers", ()) if b["node_id"] != 2]}
             return real_update(resp, now_ms)
 
-        async def counting_request(node_id, api, body, **kw):
-            resp = await real_request(node_id, api, body, **kw)
-            if api == ApiKey.FETCH:
-                for t in resp.get("topics", ()):
-                    for e in t.get("partitions", ()):
-                        fetches.append((node_id, body.get("rack_id", ""), e.get("preferred_read_replica", -1),
-                                        len(e.get("records") or b"")))
-            return resp
-        cache.update, net.request = stale_update, counting_request
+        def counting_send(node_id, api, body, on_done, **kw):     # the consumer's Fetches go this way
+            def counted(resp, error):
+                if api == ApiKey.FETCH and resp is not None:
+                    for t in resp.get("topics", ()):
+                        for e in t.get("partitions", ()):
+                            fetches.append((node_id, body.get("rack_id", ""), e.get("preferred_read_replica", -1),
+                                            len(e.get("records") or b"")))
+                on_done(resp, error)
+            real_send(node_id, api, body, counted, **kw)
+        cache.update, net.send_request = stale_update, counting_send
         c.assign([tp])
         recs = []
         await wait_for(lambda: _poll_into(c, recs, 50), timeout_s=30, interval_s=0)
@@ -324,3 +325,31 @@ async def test_a_preferred_replica_missing_from_metadata_refreshes_it_and_reads_
     assert any("preferred read replica 2 is not in our metadata" in n for n in notes), notes
     first = fetches.index(redirects[0])
     assert fetches[first + 1][:2] == (1, ""), fetches     # the leader again, without the rack: it serves records
+
+
+async def test_a_poll_that_hands_out_records_has_written_the_next_fetch_before_it_returns(shared_cluster):
+    """KafkaConsumer.pollForFetches: the next Fetch travels while the application works on the
+    records. It is written inside the poll that drained them, asking from just past the last one."""
+    topic = await new_topic(shared_cluster)
+    async with Producer(shared_cluster.bootstrap, {"acks": "all"}) as p:
+        for i in range(300):
+            await p.send(topic, b"%d" % i)
+        await p.flush()
+    sent: list[int] = []
+    async with Consumer(shared_cluster.bootstrap, {"auto.offset.reset": "earliest"}) as c:
+        real_send = c.net.send_request
+
+        def recording_send(node_id, api, body, on_done, **kw):
+            if api == ApiKey.FETCH:
+                sent.append(body["topics"][0]["partitions"][0]["fetch_offset"])
+            real_send(node_id, api, body, on_done, **kw)
+        c.net.send_request = recording_send
+        await c.assign_topic(topic)
+        got: list = []
+        while len(got) < 300:
+            before = len(sent)
+            recs = await c.poll(timeout_ms=5000)
+            assert recs, "no records within 5 s"
+            got += recs
+            assert len(sent) > before and sent[-1] == recs[-1].offset + 1, (sent, recs[-1].offset)
+    assert [r.value for r in got] == [b"%d" % i for i in range(300)]

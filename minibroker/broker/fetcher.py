@@ -21,7 +21,11 @@ The next Fetch is sent as soon as the previous response is carried out (its
 appends written, and flushed when the hooks say so): its fetch offsets are
 the follower's acknowledgement. Only the reports to the hooks
 (`on_follower_progress`) wait for the loop's next turn, after it has left.
-Long-polling happens on the leader (replica.fetch.wait.max.ms), never here.
+A plain answer is carried out in the callback that decoded it, which writes
+the next Fetch itself (the fast lane, `_on_answer`); the loop's task
+(`_run`) takes over for connecting, errors, flushes to wait for, offsets out
+of range and idleness. Long-polling happens on the leader
+(replica.fetch.wait.max.ms), never here.
 """
 from __future__ import annotations
 
@@ -190,6 +194,7 @@ class ReplicaFetcher:
         # been handed an event since, except those in `_recheck` (None: all of them may have been).
         self._held_back: dict[PartitionKey, FetchState] = {}
         self._recheck: set[PartitionKey] | None = None
+        self._lane_ready: list[FetchState] = []    # Invariant: the states the Fetch in flight was built from
         self.requests = 0
         self.last_named = 0               # partitions the last Fetch named (all, or in a session the changed)
 
@@ -243,7 +248,8 @@ class ReplicaFetcher:
         cancel ever be lost on the way (3.11's wait_for, gh-86296), once `stop` has let go of it.
 
         One round per Fetch: the ready states, the connection, the Fetch, its answer carried out
-        (`_take`), the flush of what it appended. The HW and progress reports of the round
+        (`_take`), the flush of what it appended; rounds of plain answers run in the fast lane
+        (`_on_answer`) while this task waits on `lane`. The HW and progress reports of the round
         (`_report`) run on the loop's next turn, after the next Fetch has left: that Fetch
         acknowledges the appends (and names the log start the round may have moved), so only
         they (and their flush) stand between an answer and the next Fetch."""
@@ -268,27 +274,32 @@ class ReplicaFetcher:
                         continue
                 body, full, sent = self._build(ready)
                 self.requests += 1
+                lane = loop.create_future()
                 try:
-                    resp = await conn.request(ApiKey.FETCH, body, timeout_ms=timeout)
+                    self._send(conn, ready, body, full, sent, lane, timeout)
+                    # What the fast lane (`_on_answer`) left to this loop: an answer it did not carry out,
+                    # or one it did whose flush or out-of-range offsets need awaiting; `ready` is then the
+                    # states its last Fetch was built from.
+                    ready, resp, full, sent, flushing, progress, out_of_range = await lane
                 except KafkaError as exc:
                     self._session.reset()
                     if exc.code == ErrorCode.REQUEST_TIMED_OUT:
                         self.peers.drop(leader)
-                    self._on_transport_error(ready, exc)
+                    self._on_transport_error(self._lane_ready, exc)
                     continue
-                code = resp.get("error", 0)
-                if code:
-                    self._on_fetch_error(ready, code, resp.get("message", ""))
-                    continue
-                self._session.on_response(resp.get("session_id", INVALID_SESSION_ID))
-                if self._transport_error:
-                    self._transport_error = ""
-                    self._emit("fetcher_recovered", "", None, None, f"fetching from broker {leader} again")
-                appended, progress, out_of_range = self._take(resp, sent, full)
-                if appended:
-                    flushing = self.hooks.flush(appended)
-                    if flushing is not None:
-                        await flushing
+                if resp is not None:
+                    code = resp.get("error", 0)
+                    if code:
+                        self._on_fetch_error(ready, code, resp.get("message", ""))
+                        continue
+                    self._session.on_response(resp.get("session_id", INVALID_SESSION_ID))
+                    if self._transport_error:
+                        self._transport_error = ""
+                        self._emit("fetcher_recovered", "", None, None, f"fetching from broker {leader} again")
+                    appended, progress, out_of_range = self._take(resp, sent, full)
+                    flushing = self.hooks.flush(appended) if appended else None
+                if flushing is not None:
+                    await flushing
                 if progress:
                     loop.call_soon(self._report, progress)
                 for st in out_of_range:
@@ -299,6 +310,49 @@ class ReplicaFetcher:
         except Exception:  # pragma: no cover - a bug; keep the broker alive and say so
             log.exception("fetcher from broker %d died", self.leader_id)
             raise
+
+    def _send(self, conn: Any, ready: list[FetchState], body: dict[str, Any], full: bool,
+              sent: dict[PartitionKey, FetchState], lane: asyncio.Future[Any], timeout: int) -> None:
+        self._lane_ready = ready
+        conn.send_request(ApiKey.FETCH, body, functools.partial(self._on_answer, conn, full, sent, lane, timeout),
+                          timeout_ms=timeout)
+
+    def _on_answer(self, conn: Any, full: bool, sent: dict[PartitionKey, FetchState], lane: asyncio.Future[Any],
+                   timeout: int, resp: dict[str, Any] | None, error: KafkaError | None) -> None:
+        """Triggered by a Fetch's answer, in the read callback that decoded it (or by its failure, a
+        later loop turn). The fast lane: a plain answer on the peers' current connection is carried out
+        here and the next Fetch written at once, without waking the loop's task for each round; anything
+        else (an error, a flush to await, offsets out of range, no state ready, no current connection)
+        goes to `_run` through `lane`, which the task awaits. Stopped (`lane` cancelled), it does nothing."""
+        if lane.done():
+            return
+        if error is not None:
+            lane.set_exception(error)
+            return
+        assert resp is not None
+        ready = self._lane_ready
+        current = self._current
+        if resp.get("error", 0) or self._transport_error or current is None or current(self.leader_id) is not conn:
+            lane.set_result((ready, resp, full, sent, None, (), ()))
+            return
+        try:
+            self._session.on_response(resp.get("session_id", INVALID_SESSION_ID))
+            appended, progress, out_of_range = self._take(resp, sent, full)
+            flushing = self.hooks.flush(appended) if appended else None
+            if flushing is not None or out_of_range:
+                lane.set_result((ready, None, full, sent, flushing, progress, out_of_range))
+                return
+            if progress:
+                asyncio.get_running_loop().call_soon(self._report, progress)
+            ready = self._ready(self._clock())
+            if not ready or current(self.leader_id) is not conn:
+                lane.set_result((ready, None, full, sent, None, (), ()))
+                return
+            body, full, sent = self._build(ready)
+            self.requests += 1
+            self._send(conn, ready, body, full, sent, lane, timeout)
+        except Exception as exc:  # pragma: no cover - a bug: the task ends with it, as it would have
+            lane.set_exception(exc)
 
     def _ready(self, now: int) -> list[FetchState]:
         """The states to fetch now, in the order they were added. Only the cores handed an event

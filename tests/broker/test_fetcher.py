@@ -33,14 +33,34 @@ class ScriptedLeader:
         self.answer = answer
         self.requests: list[tuple[int, dict]] = []
         self.closed = False
+        self._tasks: set[asyncio.Task] = set()
 
     async def request(self, api: int, body: dict, *, timeout_ms: int = 30_000) -> dict:
         self.requests.append((int(api), body))
+        return await self.respond(api, body)
+
+    async def respond(self, api: int, body: dict) -> dict:
         await asyncio.sleep(0)                  # yield once, as a real round trip would
         resp = self.answer(int(api), body)
         if isinstance(resp, KafkaError):
             raise resp
         return resp
+
+    def send_request(self, api: int, body: dict, on_done: Callable[[dict | None, KafkaError | None], None], *,
+                     timeout_ms: int = 30_000) -> None:
+        """The fetcher's way: written at once, as a connection writes it; the answer (or the error)
+        reaches `on_done` on a later loop turn."""
+        self.requests.append((int(api), body))
+
+        async def exchange() -> None:
+            try:
+                resp = await self.respond(api, body)
+            except KafkaError as exc:
+                on_done(None, exc)
+                return
+            on_done(resp, None)
+        self._tasks.add(task := asyncio.ensure_future(exchange()))
+        task.add_done_callback(self._tasks.discard)
 
     def fetches(self) -> list[dict]:
         return [b for a, b in self.requests if a == ApiKey.FETCH]
@@ -70,8 +90,8 @@ class Hooks:
     def on_follower_truncated(self, part: Partition) -> None:
         self.truncated += 1
 
-    async def flush(self, parts: list[Partition]) -> None:
-        pass
+    def flush(self, parts: list[Partition]) -> None:
+        return None                 # nothing to wait for, as without minibroker.fsync.before.ack
 
     def state_changes(self) -> int:
         return self.changes
@@ -98,9 +118,30 @@ def answer_partition(**fields: Any) -> dict:
     return {"error": 0, "topics": [{"topic": "t", "partitions": [e]}]}
 
 
+class PeersWithCurrent(Peers):
+    """Peers that offer the open connection without a coroutine, as the broker's do: the fetcher
+    then carries plain answers out in their callback and writes the next Fetch from there."""
+
+    def current(self, broker_id: int) -> ScriptedLeader:
+        return self.conn
+
+
 def manager(conn: ScriptedLeader, hooks: Hooks, events: list[Event], clock=lambda: 0) -> FetcherManager:
-    return FetcherManager(settings=FetcherSettings(replica_id=2, backoff_ms=60_000), peers=Peers(conn),
+    peers = PeersWithCurrent(conn) if FAST_LANE[0] else Peers(conn)
+    return FetcherManager(settings=FetcherSettings(replica_id=2, backoff_ms=60_000), peers=peers,
                           broker_epoch=lambda: 33, hooks=hooks, sink=events.append, clock=clock)
+
+
+FAST_LANE = [True]
+
+
+@pytest.fixture(autouse=True, params=["fast lane", "task only"])
+def lane(request):
+    """Every test twice: answers carried out in the Fetch's callback (the broker's case), and every
+    answer handed to the fetch loop's task (peers without `current`)."""
+    FAST_LANE[0] = request.param == "fast lane"
+    yield
+    FAST_LANE[0] = True
 
 
 @pytest.fixture
@@ -319,8 +360,7 @@ async def test_answer_for_a_restarted_partition_is_dropped(tmp_path, events):
     gate = asyncio.Event()
 
     class Slow(ScriptedLeader):
-        async def request(self, api: int, body: dict, *, timeout_ms: int = 30_000) -> dict:
-            self.requests.append((int(api), body))
+        async def respond(self, api: int, body: dict) -> dict:
             if len(self.requests) == 1:
                 await gate.wait()
                 return answer_partition(records=batch, high_watermark=1)
@@ -496,3 +536,33 @@ async def test_a_partition_backing_off_leaves_the_fetch_and_returns_when_its_bac
     m = len(conn.fetches())
     await until(lambda: any(1 in named(b) for b in conn.fetches()[m:]))
     await fm.shutdown()
+
+
+async def test_plain_answers_stay_in_the_fast_lane_and_an_error_hands_back_to_the_loop(tmp_path, events):
+    """With the broker's peers, a run of plain answers is carried out in the Fetch callbacks: every
+    Fetch of the run shares the one future the loop's task waits on. A top-level error goes back to
+    the task, which backs off (replica.fetch.backoff.ms: 60 s on this manual clock). Without
+    `current`, every answer goes to the task: a future per Fetch."""
+    part = follower(tmp_path)
+    batches = [stamp(build_batch([b"%d" % i]), i, 5) for i in range(5)]
+
+    def answer(api: int, body: dict) -> dict:
+        off = body["topics"][0]["partitions"][0]["fetch_offset"]
+        if off < 5:
+            return answer_partition(records=batches[off], high_watermark=off)
+        return {"error": int(ErrorCode.UNKNOWN_SERVER_ERROR), "message": "boom", "topics": []}
+    conn = ScriptedLeader(answer)
+    fm = manager(conn, Hooks(), events)
+    st = fm.add(part, 1, 5)
+    fetcher = fm.fetchers()[1]
+    lanes: list = []                 # the futures themselves, kept alive so that ids are not reused
+    send = fetcher._send
+
+    def recording_send(conn, ready, body, full, sent, lane, timeout):
+        lanes.append(lane)
+        send(conn, ready, body, full, sent, lane, timeout)
+    fetcher._send = recording_send
+    await until(lambda: st.backoff_until_ms == 60_000)
+    await fm.shutdown()
+    assert part.leo == 5 and len(conn.fetches()) == 6 and len(lanes) == 6
+    assert len({id(x) for x in lanes}) == (1 if FAST_LANE[0] else 6)

@@ -566,3 +566,27 @@ async def test_plain_answers_stay_in_the_fast_lane_and_an_error_hands_back_to_th
     await fm.shutdown()
     assert part.leo == 5 and len(conn.fetches()) == 6 and len(lanes) == 6
     assert len({id(x) for x in lanes}) == (1 if FAST_LANE[0] else 6)
+
+
+async def test_an_answer_that_arrives_after_stop_is_not_carried_out(tmp_path, events):
+    """Stopping a fetcher (its partitions moved, the broker shuts down) drops the answer in flight:
+    nothing appended, no further Fetch, whichever lane would have carried it out."""
+    part = follower(tmp_path)
+    batch = stamp(build_batch([b"a"]), 0, 5)
+    gate = asyncio.Event()
+
+    class Gated(ScriptedLeader):
+        async def respond(self, api: int, body: dict) -> dict:
+            await gate.wait()
+            return answer_partition(records=batch, high_watermark=1)
+
+    conn = Gated(lambda a, b: {})
+    fm = manager(conn, Hooks(), events)
+    fm.add(part, 1, 5)
+    await until(lambda: conn.requests)
+    fetcher = fm.fetchers()[1]
+    fetcher.stop()
+    gate.set()
+    await until(lambda: not conn._tasks)             # the answer was delivered
+    await fm.shutdown()
+    assert part.leo == 0 and len(conn.fetches()) == 1

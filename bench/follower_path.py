@@ -169,6 +169,12 @@ class _FakeConnection:
             loop.call_soon(self.leader.deliver, fut.set_result, resp)
         return await fut
 
+    def send_request(self, api: int, body: dict[str, Any], on_done: Any, *, timeout_ms: int = 30_000) -> None:
+        """The fetcher's way: the answer reaches `on_done(answer, None)` on a later loop turn."""
+        resp = self.leader.answer(int(api), body)
+        if resp is not None:
+            asyncio.get_running_loop().call_soon(self.leader.deliver, lambda r: on_done(r, None), resp)
+
 
 class _LeaderTransport:
     """An in-memory transport under a real Connection: the request frames it is written are decoded

@@ -195,6 +195,8 @@ class ReplicaFetcher:
         self._held_back: dict[PartitionKey, FetchState] = {}
         self._recheck: set[PartitionKey] | None = None
         self._lane_ready: list[FetchState] = []    # Invariant: the states the Fetch in flight was built from
+        # The loop `_run` runs on, for the fast lane (each asyncio.get_running_loop() is a getpid() on 3.11).
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.requests = 0
         self.last_named = 0               # partitions the last Fetch named (all, or in a session the changed)
 
@@ -254,7 +256,7 @@ class ReplicaFetcher:
         acknowledges the appends (and names the log start the round may have moved), so only
         they (and their flush) stand between an answer and the next Fetch."""
         me = asyncio.current_task()
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         current = self._current
         leader = self.leader_id
         timeout = self.settings.socket_timeout_ms + self.settings.wait_max_ms
@@ -343,7 +345,7 @@ class ReplicaFetcher:
                 lane.set_result((ready, None, full, sent, flushing, progress, out_of_range))
                 return
             if progress:
-                asyncio.get_running_loop().call_soon(self._report, progress)
+                self._loop.call_soon(self._report, progress)
             ready = self._ready(self._clock())
             if not ready or current(self.leader_id) is not conn:
                 lane.set_result((ready, None, full, sent, None, (), ()))

@@ -13,15 +13,23 @@ import subprocess
 import sys
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+
+# The ceiling's CPU per request of each process (us), by the figure key of minibroker's own (produce.py).
+CPU_KEYS = (("awaited_cpu_client_us", "producer_cpu_us_per_req", "client"),
+            ("awaited_cpu_leader_us", "leader_cpu_us_per_req", "leader"),
+            ("awaited_cpu_follower_us", "follower_cpu_us_per_req", "follower"))
 
 
 @dataclass(frozen=True)
 class Ceiling:
-    """Median figures of each ceiling case (records/s, p50 and p99 in us)."""
+    """Median figures of each ceiling case (records/s, p50 and p99 in us; `cpu_us`: the CPU per request
+    of each process, by the ceiling's key, for the cases that print it)."""
     rec_s: dict[str, float]
     p50_us: dict[str, float]
     p99_us: dict[str, float]
+    cpu_us: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def case(self, prefix: str) -> str | None:
         return next((c for c in self.rec_s if c.startswith(prefix)), None)
@@ -43,7 +51,9 @@ def parse_ceiling(lines: list[str]) -> Ceiling:
 
     def med(key: str) -> dict[str, float]:
         return {c: statistics.median(float(r.get(key, 0.0)) for r in rs) for c, rs in runs.items()}
-    return Ceiling(med("rec_s"), med("p50_us"), med("p99_us"))
+    cpu = {c: {k: statistics.median(float(r[k]) for r in rs) for _, k, _ in CPU_KEYS if all(k in r for r in rs)}
+           for c, rs in runs.items()}
+    return Ceiling(med("rec_s"), med("p50_us"), med("p99_us"), cpu)
 
 
 def run_ceiling(path: str, runs: int, seconds: float, out: Callable[[str], None]) -> Ceiling:
@@ -81,4 +91,9 @@ def ratio_lines(fig: Mapping[str, float], ceiling: Ceiling) -> list[str]:
         if ceiling.p99_us[case]:
             lines.append(f"ratio awaited p99 / ceiling p99: {p99:,.0f} us / {ceiling.p99_us[case]:,.0f} us = "
                          f"{p99 / ceiling.p99_us[case]:.2f}x")
+        cpu = ceiling.cpu_us.get(case, {})
+        parts = [f"{name} {fig[mine]:,.0f} / {cpu[theirs]:,.0f} = {fig[mine] / cpu[theirs]:.2f}x"
+                 for mine, theirs, name in CPU_KEYS if fig.get(mine) and cpu.get(theirs)]
+        if parts:
+            lines.append("ratio awaited CPU per record / ceiling's per request (us): " + ", ".join(parts))
     return lines

@@ -139,7 +139,7 @@ async def one_run(opts: BenchOptions, cluster: LocalCluster | None, admin: Admin
     out(f"topic {topic}: {opts.partitions} partition(s), RF=3, min.insync.replicas=2, acks=all, "
         f"{opts.size}-byte records")
     res = await run_classic(bootstrap, topic, count=opts.count, size=opts.size, awaited=opts.awaited,
-                            producer_cfg=opts.producer_cfg, out=out)
+                            producer_cfg=opts.producer_cfg, out=out, broker_pids=_broker_pids(cluster))
     fig = res.figures(opts.size)
     own = "skipped (needs the bench's own cluster, not --bootstrap-server)"
     # confluent-kafka next, so that its ratio compares two producers in the same state of the machine:
@@ -168,6 +168,14 @@ async def one_run(opts: BenchOptions, cluster: LocalCluster | None, admin: Admin
                            _failover(cluster, admin, topic + "-failover", opts.size, fig, out))
     await _delete_run_topics(admin, topic)
     return fig
+
+
+def _broker_pids(cluster: LocalCluster | None) -> dict[int, int]:
+    """Node id -> pid of each running broker of the bench's own cluster (none with --bootstrap-server)."""
+    if cluster is None:
+        return {}
+    return {int(name.split("-", 1)[1]): pid for name, pid in sorted(cluster.pids.items())
+            if name.startswith("broker-") and pid}
 
 
 RUN_TOPIC_SUFFIXES = ("", "-e2e", "-catchup", "-confluent", "-failover")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from minibroker.bench.ceiling import parse_ceiling, ratio_lines
-from minibroker.bench.produce import BenchResult
+from minibroker.bench.produce import AwaitedCpu, BenchResult
 
 
 def _line(run: int, case: str, rec_s: float, p50: float = 0.0, p99: float = 0.0) -> str:
@@ -42,3 +42,33 @@ def test_ratios_from_medians_over_runs_and_nothing_for_figures_not_measured() ->
     assert lines == ["ratio batched / ceiling 'blob 100 w=8': 600,000 / 800,000 = 0.75",
                      "ratio awaited rate / ceiling: 3,000 / 4,000 = 0.75",
                      "ratio awaited p50 / ceiling p50: 375 us / 250 us = 1.50x"]      # no ceiling p99: no line
+
+
+def test_the_awaited_cpu_per_record_is_divided_by_the_ceilings_cpu_per_request_of_the_same_process() -> None:
+    def row(run: int, leader: float) -> str:
+        return json.dumps({"run": run, "case": "awaited", "rec_s": 5000, "p50_us": 200, "p99_us": 300,
+                           "producer_cpu_us_per_req": 40.0, "leader_cpu_us_per_req": leader,
+                           "follower_cpu_us_per_req": 30.0})
+    c = parse_ceiling([row(0, 90.0), row(1, 110.0), row(2, 100.0), _line(0, "blob 100 w=8", 800_000)])
+    assert c.cpu_us["awaited"] == {"producer_cpu_us_per_req": 40.0, "leader_cpu_us_per_req": 100.0,
+                                   "follower_cpu_us_per_req": 30.0}
+    assert c.cpu_us["blob 100 w=8"] == {}                    # a case that does not print them
+    res = BenchResult()
+    res.awaited, res.latencies_ms = 2, [0.5, 0.5]
+    res.awaited_cpu = AwaitedCpu(80.0, 1, {1: 300.0, 2: 100.0, 3: 120.0})
+    fig = res.figures()
+    assert (fig["awaited_cpu_client_us"], fig["awaited_cpu_leader_us"], fig["awaited_cpu_follower_us"]) == (
+        80.0, 300.0, 110.0)                                  # the followers' mean, as the ceiling's
+    assert res.awaited_cpu.line() == ("awaited CPU per record: client 80 us, leader (broker 1) 300 us, "
+                                      "followers 100 and 120 us")
+    assert ratio_lines(fig, c)[-1] == ("ratio awaited CPU per record / ceiling's per request (us): "
+                                       "client 80 / 40 = 2.00x, leader 300 / 100 = 3.00x, follower 110 / 30 = 3.67x")
+
+
+def test_without_the_brokers_pids_only_the_clients_awaited_cpu_is_a_figure() -> None:
+    res = BenchResult()
+    res.awaited, res.latencies_ms = 1, [0.5]
+    res.awaited_cpu = AwaitedCpu(75.0, 2)
+    fig = res.figures()
+    assert fig["awaited_cpu_client_us"] == 75.0 and "awaited_cpu_leader_us" not in fig
+    assert res.awaited_cpu.line() == "awaited CPU per record: client 75 us"

@@ -71,7 +71,8 @@ def run_ceiling(path: str, runs: int, seconds: float, out: Callable[[str], None]
 
 def ratio_lines(fig: Mapping[str, float], ceiling: Ceiling) -> list[str]:
     """minibroker's figures (one run's, or the medians over the runs: `batched_rate`,
-    `awaited_rate`, `awaited_p50_ms`, `awaited_p99_ms`) over the ceiling's matching cases."""
+    `awaited_rate`, `awaited_p50_ms`, `awaited_p99_ms` and the `awaited_cpu_*_us` of CPU_KEYS)
+    over the ceiling's matching cases."""
     lines = []
     batched = fig.get("batched_rate")
     for prefix in ("blob 100 ", "blob 1000 "):

@@ -174,8 +174,7 @@ def _broker_pids(cluster: LocalCluster | None) -> dict[int, int]:
     """Node id -> pid of each running broker of the bench's own cluster (none with --bootstrap-server)."""
     if cluster is None:
         return {}
-    return {int(name.split("-", 1)[1]): pid for name, pid in sorted(cluster.pids.items())
-            if name.startswith("broker-") and pid}
+    return {b.node_id: pid for b in cluster.layout.brokers if (pid := cluster.pids.get(b.name))}
 
 
 RUN_TOPIC_SUFFIXES = ("", "-e2e", "-catchup", "-confluent", "-failover")

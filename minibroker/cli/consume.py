@@ -20,25 +20,48 @@ from minibroker.client.types import ConsumerRecord, TopicPartition
 _PRINT_PROPS = ("print.timestamp", "print.partition", "print.offset", "print.headers", "print.key", "print.value")
 
 
+class RecordFormat:
+    """Kafka's DefaultMessageFormatter (timestamp, partition, offset, headers, key, value, tab-separated),
+    its properties read once: `line` formats one record, `lines` a poll's records in one bytes."""
+
+    __slots__ = ("on", "sep", "value_only")
+
+    def __init__(self, props: dict[str, str]) -> None:
+        on = {k: props.get(k, "true" if k == "print.value" else "false").lower() == "true" for k in _PRINT_PROPS}
+        self.on = on
+        self.sep = props.get("key.separator", "\t").encode()
+        self.value_only = on["print.value"] and not any(v for k, v in on.items() if k != "print.value")
+
+    def line(self, rec: ConsumerRecord) -> bytes:
+        on = self.on
+        parts: list[bytes] = []
+        if on["print.timestamp"]:
+            parts.append(b"CreateTime:%d" % rec.timestamp)
+        if on["print.partition"]:
+            parts.append(b"Partition:%d" % rec.partition)
+        if on["print.offset"]:
+            parts.append(b"Offset:%d" % rec.offset)
+        if on["print.headers"]:
+            parts.append(b",".join(k.encode() + b":" + (v if v is not None else b"null") for k, v in rec.headers)
+                         or b"NO_HEADERS")
+        if on["print.key"]:
+            parts.append(b"null" if rec.key is None else rec.key)
+        if on["print.value"]:
+            parts.append(b"null" if rec.value is None else rec.value)
+        return self.sep.join(parts) + b"\n"
+
+    def lines(self, records: list[ConsumerRecord]) -> bytes:
+        """Every record's line, in order (the default format, the value alone, without a call per record)."""
+        if not records:
+            return b""
+        if self.value_only:
+            return b"\n".join([b"null" if (v := r.value) is None else v for r in records]) + b"\n"
+        return b"".join([self.line(r) for r in records])
+
+
 def format_record(rec: ConsumerRecord, props: dict[str, str]) -> bytes:
-    """Kafka's DefaultMessageFormatter: timestamp, partition, offset, headers, key, value, tab-separated."""
-    on = {k: props.get(k, "true" if k == "print.value" else "false").lower() == "true" for k in _PRINT_PROPS}
-    sep = props.get("key.separator", "\t").encode()
-    parts: list[bytes] = []
-    if on["print.timestamp"]:
-        parts.append(b"CreateTime:%d" % rec.timestamp)
-    if on["print.partition"]:
-        parts.append(b"Partition:%d" % rec.partition)
-    if on["print.offset"]:
-        parts.append(b"Offset:%d" % rec.offset)
-    if on["print.headers"]:
-        parts.append(b",".join(k.encode() + b":" + (v if v is not None else b"null") for k, v in rec.headers)
-                     or b"NO_HEADERS")
-    if on["print.key"]:
-        parts.append(b"null" if rec.key is None else rec.key)
-    if on["print.value"]:
-        parts.append(b"null" if rec.value is None else rec.value)
-    return sep.join(parts) + b"\n"
+    """One record as `RecordFormat(props)` prints it."""
+    return RecordFormat(props).line(rec)
 
 
 @click.command()
@@ -92,7 +115,7 @@ def consume(bootstrap_server: str | None, topic: str, group: str | None, partiti
     if group is not None:
         cfg["client.id"] = "console-consumer"      # kafka-console-consumer's client id
     cfg.update(parse_kv(cprops, "--consumer-property"))
-    fmt = parse_kv(props, "--property", strip_values=False)
+    fmt = RecordFormat(parse_kv(props, "--property", strip_values=False))
     counter = [0]
     if group is not None:
         if partition is not None or offset is not None:
@@ -113,7 +136,7 @@ def consume(bootstrap_server: str | None, topic: str, group: str | None, partiti
 
 
 async def _consume(bootstrap: str, cfg: dict[str, Any], topic: str, partition: int | None, start: str | int,
-                   follow: bool, timeout_ms: int | None, max_messages: int | None, fmt: dict[str, str],
+                   follow: bool, timeout_ms: int | None, max_messages: int | None, fmt: RecordFormat,
                    verbose: bool, counter: list[int]) -> None:
     out = sys.stdout.buffer
     count = 0
@@ -134,12 +157,10 @@ async def _consume(bootstrap: str, cfg: dict[str, Any], topic: str, partition: i
             try:
                 while not stop.is_set() and (max_messages is None or count < max_messages):
                     records = await consumer.poll(timeout_ms=200)
-                    for rec in records:
-                        out.write(format_record(rec, fmt))
-                        count += 1
-                        counter[0] = count
-                        if max_messages is not None and count >= max_messages:
-                            break
+                    printed = records if max_messages is None else records[:max_messages - count]
+                    out.write(fmt.lines(printed))
+                    count += len(printed)
+                    counter[0] = count
                     if records:
                         out.flush()
                         last_record = clock.monotonic()
@@ -166,7 +187,7 @@ def _done(records: list[ConsumerRecord], last_record: float, follow: bool, timeo
 
 
 async def _consume_group(bootstrap: str, cfg: dict[str, Any], topic: str, follow: bool, timeout_ms: int | None,
-                         max_messages: int | None, fmt: dict[str, str], counter: list[int]) -> None:
+                         max_messages: int | None, fmt: RecordFormat, counter: list[int]) -> None:
     out = sys.stdout.buffer
     async with GroupConsumer(bootstrap, cfg) as consumer:
         consumer.subscribe([topic])
@@ -174,13 +195,9 @@ async def _consume_group(bootstrap: str, cfg: dict[str, Any], topic: str, follow
         try:
             while max_messages is None or counter[0] < max_messages:
                 records = await consumer.poll(timeout_ms=200)
-                handed: list[ConsumerRecord] = []
-                for rec in records:
-                    out.write(format_record(rec, fmt))
-                    handed.append(rec)
-                    counter[0] += 1
-                    if max_messages is not None and counter[0] >= max_messages:
-                        break
+                handed = records if max_messages is None else records[:max_messages - counter[0]]
+                out.write(fmt.lines(handed))
+                counter[0] += len(handed)
                 if len(handed) < len(records):
                     # As Kafka's console consumer: only what was printed counts as consumed.
                     consumer.consumed_only(handed, records)

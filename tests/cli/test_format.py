@@ -1,4 +1,4 @@
-from minibroker.cli.consume import format_record
+from minibroker.cli.consume import RecordFormat, format_record
 from minibroker.cli.format import (describe_lines, election_lines, offsets_lines, partition_line,
                                    produce_error_line, topic_line)
 from minibroker.cli.watch import event_text, table_text
@@ -95,6 +95,16 @@ def test_consumer_print_properties_follow_kafkas_default_formatter_order():
 def test_consumer_prints_null_for_missing_key():
     rec = ConsumerRecord("orders", 0, 0, 0, None, b"v")
     assert format_record(rec, {"print.key": "true", "key.separator": ":"}) == b"null:v\n"
+
+
+def test_a_polls_lines_are_each_records_line_in_order():
+    recs = [REC, ConsumerRecord("orders", 0, 7, 5, None, None), ConsumerRecord("orders", 2, 8, 6, b"k2", b"v2")]
+    for props in ({}, {"print.value": "TRUE"}, {"print.key": "true", "key.separator": ":"},
+                  {"print.offset": "true", "print.value": "false"}, {"print.headers": "true", "print.partition": "true"}):
+        fmt = RecordFormat(props)
+        assert fmt.lines(recs) == b"".join(format_record(r, props) for r in recs)
+        assert fmt.lines([]) == b""
+    assert RecordFormat({}).lines(recs) == b"v\nnull\nv2\n"
 
 
 def test_watch_table_marks_out_of_isr_replicas_and_offline_partitions():

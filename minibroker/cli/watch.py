@@ -52,6 +52,32 @@ def table_text(views: list[PartitionView]) -> list[str]:
     return ["  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=False)) + "  " + r[-1] for r in rows]
 
 
+def unhealthy(v: PartitionView) -> bool:
+    """Offline, under-replicated, a stuck follower, or a note (a broker's numbers missing)."""
+    return v.leader is None or len(v.isr) < len(v.replicas) or bool(v.note) or any(r.stuck for r in v.replicas)
+
+
+def fitting_views(views: list[PartitionView], room: int) -> tuple[list[PartitionView], str | None]:
+    """At most `room` rows of the live table (a terminal shows no more, and rendering a thousand rows
+    twice a second took more than half a core): when they do not all fit, the unhealthy partitions
+    first, then the others, each kept in order, in `room` - 1 rows and a line saying what was left out."""
+    if len(views) <= room:
+        return views, None
+    keep = max(room - 1, 0)
+    bad = [i for i, v in enumerate(views) if unhealthy(v)]
+    chosen = set(bad[:keep])
+    for i in range(len(views)):
+        if len(chosen) >= keep:
+            break
+        chosen.add(i)
+    shown = [views[i] for i in sorted(chosen)]
+    hidden_bad = len(bad) - sum(1 for i in bad if i in chosen)
+    left = len(views) - len(shown)
+    return shown, (f"... {left} more partitions, " +
+                   (f"{hidden_bad} of them unhealthy" if hidden_bad else "all healthy") +
+                   " (a taller terminal shows more; --once prints them all)")
+
+
 def event_text(line: EventLine) -> str:
     e = line.event
     t = e.get("time_ms", 0)
@@ -247,15 +273,19 @@ async def _live(w: Watch, bootstrap: str, interval_ms: int, n: int, all_events: 
                               title_justify="left")
                 for h in HEADERS:
                     table.add_column(h, no_wrap=True)
-                for v in frame.views:
-                    style = "red" if v.leader is None else ("yellow" if len(v.isr) < len(v.replicas) else "")
-                    table.add_row(*row(v), style=style)
                 notes = [Text(broker_text(b), style="red" if b.state != "ok" else "dim")
                          for b in frame.brokers if b.state != "ok" or (b.process and b.process != "running")]
                 events = [Text(event_text(line), no_wrap=True, overflow="ellipsis")
                           for line in shown(list(w.follower.lines), all_events)[-n:]]
+                # The table's title, borders and header take 5 lines, the events' title 1.
+                room = live.console.size.height - 5 - len(notes) - 1 - len(events)
+                views, more = fitting_views(frame.views, max(room, 3))
+                for v in views:
+                    style = "red" if v.leader is None else ("yellow" if len(v.isr) < len(v.replicas) else "")
+                    table.add_row(*row(v), style=style)
                 title = "events" if w.controller is not None else "events " + NO_CONTROLLER
-                live.update(Group(table, *notes, Text(title, style="bold"), *events))
+                below = [Text(more, style="dim", no_wrap=True, overflow="ellipsis")] if more is not None else []
+                live.update(Group(table, *below, *notes, Text(title, style="bold"), *events))
                 await asyncio.sleep(interval_ms / 1000)
     finally:
         await w.close()

@@ -2,6 +2,15 @@
 deadline, a paused broker shows as such, controller events come by default, and
 an explicit bootstrap wins over a stale local state file."""
 import asyncio
+import fcntl
+import os
+import pty
+import select
+import struct
+import subprocess
+import sys
+import termios
+import time
 
 import pytest
 
@@ -83,3 +92,42 @@ def test_a_broker_past_its_deadline_is_not_answering_and_a_refused_one_unreachab
     assert views[1].state == "ok" and views[1].rack == "r1"
     assert views[2].state == "not answering" and views[2].detail == "no answer for 5.0 s"
     assert views[3].state == "unreachable" and "refused" in views[3].detail
+
+
+@pytest.mark.cluster
+async def test_the_live_view_fits_a_small_terminal_and_says_how_many_partitions_it_left_out(cluster):
+    """More partitions than the terminal has rows: the live view draws those that fit and one line
+    for the rest (rendering every row twice a second took more than half a core at 1,000)."""
+    async with Admin(cluster.bootstrap) as admin:
+        await admin.create_topic("wide", num_partitions=40, replication_factor=3)
+        await admin.wait_for_leaders("wide", timeout_ms=30_000)
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))
+    env = {**os.environ, "TERM": "xterm", "COLUMNS": "120", "LINES": "24"}
+    env.pop("MINIBROKER_BOOTSTRAP", None)
+    proc = subprocess.Popen([sys.executable, "-m", "minibroker.cli", "watch", "--bootstrap-server", cluster.bootstrap,
+                             "--interval-ms", "200"], stdin=slave, stdout=slave, stderr=slave, env=env,
+                            start_new_session=True)
+    os.close(slave)
+    out = b""
+    try:
+        deadline = time.monotonic() + 60
+        while b"more partitions" not in out and time.monotonic() < deadline and proc.poll() is None:
+            ready = await asyncio.get_running_loop().run_in_executor(None, _read_some, master)
+            out += ready
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        os.close(master)
+    text = out.decode(errors="replace")
+    assert "more partitions" in text, text[-2000:]
+    assert "wide-0 " in text and "wide-39 " not in text
+
+
+def _read_some(fd: int) -> bytes:
+    if select.select([fd], [], [], 1.0)[0]:
+        try:
+            return os.read(fd, 65536)
+        except OSError:
+            return b""
+    return b""

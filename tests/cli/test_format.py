@@ -100,7 +100,8 @@ def test_consumer_prints_null_for_missing_key():
 def test_a_polls_lines_are_each_records_line_in_order():
     recs = [REC, ConsumerRecord("orders", 0, 7, 5, None, None), ConsumerRecord("orders", 2, 8, 6, b"k2", b"v2")]
     for props in ({}, {"print.value": "TRUE"}, {"print.key": "true", "key.separator": ":"},
-                  {"print.offset": "true", "print.value": "false"}, {"print.headers": "true", "print.partition": "true"}):
+                  {"print.offset": "true", "print.value": "false"},
+                  {"print.headers": "true", "print.partition": "true"}):
         fmt = RecordFormat(props)
         assert fmt.lines(recs) == b"".join(format_record(r, props) for r in recs)
         assert fmt.lines([]) == b""

@@ -134,6 +134,9 @@ class Partition:
         self.tracker = ByteTracker(log.log_end_offset)
         self.tail = TailCache()
         self.last_fetch_error: ErrorCode | None = None
+        # The topic id of the topic this replica was created for (None: not known), set by its creator:
+        # a topic deleted and created again under its name has another (KIP-516).
+        self.topic_id: str | None = None
         # Invariant: describes every batch of the log below LEO (idempotent
         # producers, KIP-98), whatever the role, so a new leader knows it.
         self.producers = self._load_producer_state()

@@ -407,21 +407,51 @@ class ReplicaManager:
                 self._stop_replica(part, now_ms, f"no longer a replica: {rec.reason or 'reassigned'}",
                                    delete=True)
             return
+        topic_id = self._topic_id(rec.topic)
+        if part is not None and part.topic_id is not None and topic_id is not None and part.topic_id != topic_id:
+            # The topic was deleted and created again under its name (D11, KIP-516): this replica is the old
+            # topic's; it goes, with its log, and the new topic's starts empty.
+            self._stop_replica(part, now_ms, f"topic {rec.topic} created again (topic id {topic_id})", delete=True)
+            part = None
         if part is not None and rec.partition_epoch < part.partition_epoch:
             return                                    # I7: older than what we hold
         if part is None:
-            part = self._create_partition(rec.topic, rec.partition)
+            part = self._create_partition(rec.topic, rec.partition, topic_id)
         if rec.leader == self.node_id:
             self._make_leader(part, rec, now_ms)
         else:
             self._make_follower(part, rec, now_ms)
 
-    def _create_partition(self, topic: str, index: int) -> Partition:
-        lg = self.log_manager.get_or_create(topic, index, self._log_config(topic))
+    def _topic_id(self, topic: str) -> str | None:
+        t = self.image.topics.get(topic)
+        return t.topic_id if t is not None and t.topic_id else None
+
+    def _create_partition(self, topic: str, index: int, topic_id: str | None) -> Partition:
+        """A replica of `topic`-`index` on its local log: the one found on disk when it was made for
+        `topic_id` (or before topic ids were kept), else a new, empty one (a log left by a deleted topic
+        of the same name, deleted while this broker was down, is removed first)."""
+        stored = self.log_manager.topic_id(topic, index)
+        if stored is not None and topic_id is not None and stored != topic_id:
+            self._delete_log(topic, index, f"log of topic id {stored}, not {topic_id}")
+        lg = self.log_manager.get_or_create(topic, index, self._log_config(topic), topic_id)
         hw = self.log_manager.load_high_watermark(topic, index)
         part = Partition(topic, index, node_id=self.node_id, log=lg, hw=hw, sink=self._core_sink)
+        part.topic_id = topic_id
         self._partitions[part.key] = part
         return part
+
+    def _delete_log(self, topic: str, index: int, why: str) -> None:
+        """The partition's directory is renamed now (a replica of the same name may be created at
+        once) and removed in a worker thread."""
+        try:
+            gone = self.log_manager.retire_log(topic, index)
+        except OSError as exc:
+            log.error("%s-%d: renaming the deleted log's directory failed (%s); removed it in place", topic, index,
+                      exc)
+            return
+        if gone is not None:
+            log.info("%s-%d: log deleted (%s)", topic, index, why)
+            self._spawn(asyncio.to_thread(self.log_manager.purge, gone))
 
     def _make_leader(self, part: Partition, rec: PartitionRecord, now_ms: int) -> None:
         self.fetchers.remove(part.key)
@@ -461,7 +491,7 @@ class ReplicaManager:
         self._partitions.pop(part.key, None)
         self.purgatory.on_state_change(part.key)
         if delete and self.log_manager is not None:
-            self._spawn(asyncio.to_thread(self.log_manager.delete_log, part.topic, part.index))
+            self._delete_log(part.topic, part.index, reason)
 
     async def _persist_epochs(self, part: Partition) -> None:
         try:
@@ -636,7 +666,8 @@ class ReplicaManager:
                     write_snapshot(part.log.directory, data)
                     written.append(part)
                 except OSError as exc:
-                    log.warning("%s: writing the producer-state snapshot failed: %s", part.name, exc)
+                    if not part.log.closed:       # (a log deleted meanwhile has nothing to keep)
+                        log.warning("%s: writing the producer-state snapshot failed: %s", part.name, exc)
             return written
         written = set(map(id, await asyncio.to_thread(write)))
         for part, data, truncations in todo:

@@ -745,6 +745,8 @@ class PartitionLog:
                 if dir_dirty:
                     fsutil.fsync_dir(self.directory)
             except OSError as exc:
+                if self._closed:                # abandoned meanwhile (its directory renamed): nothing to keep
+                    return self._recovery_point
                 self._dir_dirty = self._dir_dirty or dir_dirty
                 raise fsutil.storage_error(self.directory, exc) from exc
             finally:
@@ -768,9 +770,26 @@ class PartitionLog:
                 if not self.epoch_cache_dirty or self._closed:
                     return
                 entries, version = self.epoch_cache.entries, self.epoch_cache.version
-            self._epoch_file.write(entries)
+            try:
+                self._epoch_file.write(entries)
+            except OSError:
+                if self._closed:                # abandoned meanwhile (its directory renamed)
+                    return
+                raise
             with self._lock:
                 self._epoch_persisted_version = version
+
+    def abandon(self) -> None:
+        """Triggered when the partition is deleted (its topic deleted or created again, or the replica
+        moved away): close every file for good without a flush or a checkpoint, so that its directory
+        can be renamed at once and removed later. Cheap enough for the event loop (as `retire` is
+        for a segment); a flush in flight on a worker thread finds the log closed and stops quietly."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for seg in self._segments:
+                seg.abandon()
 
     def close(self) -> None:
         """Flush everything, persist the epoch cache, close files. Blocking."""

@@ -1,7 +1,10 @@
 """LogManager: every partition log of one data directory, and its checkpoints.
 
-Owns the data directory: the partition directories `<topic>-<partition>/`,
-the data-dir checkpoints (`replication-offset-checkpoint` for HWs,
+Owns the data directory: the partition directories `<topic>-<partition>/`
+and the topic id each was created for (`partition.metadata`, KIP-516), the
+directories of deleted partitions (`<topic>-<partition>.<ms>-<n>-delete/`, renamed
+at once and removed off the loop, as Kafka's LogManager.asyncDelete), the
+data-dir checkpoints (`replication-offset-checkpoint` for HWs,
 `recovery-point-offset-checkpoint`, `log-start-offset-checkpoint`) and the
 clean-shutdown marker `.kafka_cleanshutdown`. Must not know about leaders,
 ISRs or the network: the broker hands it HWs to persist and asks it for the
@@ -15,7 +18,8 @@ Lifecycle (all blocking calls; run them before the event loop starts or via
   present, D5), then deletes the marker so that a crash from now on is
   recovered on the next start;
 * while running: `get_or_create()` (on the loop: creating a log does no
-  fsync), `checkpoint_high_watermarks()` every
+  fsync), `retire_log()` (on the loop: closes and renames) then `purge()` (off
+  it), `checkpoint_high_watermarks()` every
   replica.high.watermark.checkpoint.interval.ms, `flush_due()` from a flusher
   task, `checkpoint_offsets()` every log.flush.offset.checkpoint.interval.ms,
   `trash.drain()` when a retired segment's file.delete.delay.ms has passed;
@@ -41,6 +45,8 @@ from minibroker.storage.log_config import LogConfig
 from minibroker.storage.trash import SegmentTrash
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+PARTITION_METADATA_FILE = "partition.metadata"
+DELETE_SUFFIX = "-delete"
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 TopicPartition = tuple[str, int]
@@ -55,6 +61,31 @@ def validate_topic_name(topic: str) -> None:
 
 def partition_dir_name(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
+
+
+def is_deleted_partition_dir(name: str) -> bool:
+    """`<topic>-<partition>.<ms>-<n>-delete`: a deleted partition's directory (`LogManager.retire_log`)."""
+    return name.endswith(DELETE_SUFFIX) and parse_partition_dir(name.rpartition(".")[0]) is not None
+
+
+def read_topic_id(directory: str) -> str | None:
+    """The topic id in `directory`'s partition.metadata (Kafka's format: `version: 0`, `topic_id: ID`);
+    None without one (a directory made before topic ids were kept) or when it cannot be read."""
+    try:
+        with open(os.path.join(directory, PARTITION_METADATA_FILE), encoding="utf-8") as f:
+            fields = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+    except (OSError, UnicodeDecodeError):
+        return None
+    if fields.get("version", "").strip() != "0":
+        return None
+    return fields.get("topic_id", "").strip() or None
+
+
+def write_topic_id(directory: str, topic_id: str) -> None:
+    """partition.metadata, written without an fsync (a crash that loses it leaves a directory without
+    one, which the next metadata adopts)."""
+    with open(os.path.join(directory, PARTITION_METADATA_FILE), "w", encoding="utf-8") as f:
+        f.write(f"version: 0\ntopic_id: {topic_id}\n")
 
 
 def parse_partition_dir(name: str) -> TopicPartition | None:
@@ -98,7 +129,13 @@ class LogManager:
         recovery_points = self._rp_file.read()
         log_starts = self._ls_file.read()
         self._logs: dict[TopicPartition, PartitionLog] = {}
+        # Invariant: the topic id of each log's partition.metadata, for the logs that have one.
+        self._topic_ids: dict[TopicPartition, str] = {}
+        self._retired = 0                   # logs retired so far: with the clock, unique `-delete` names
         for name in sorted(os.listdir(self.data_dir)):
+            if is_deleted_partition_dir(name):       # deleted before a crash or stop finished removing it
+                shutil.rmtree(os.path.join(self.data_dir, name), ignore_errors=True)
+                continue
             tp = parse_partition_dir(name)
             if tp is None or not os.path.isdir(os.path.join(self.data_dir, name)):
                 continue
@@ -108,6 +145,9 @@ class LogManager:
                 recovery_point=recovery_points.get(tp, 0), log_start_offset=log_starts.get(tp, 0),
                 clean_shutdown=self.clean_shutdown, event_sink=self._sink, clock=self._clock,
                 trash=self.trash)
+            topic_id = read_topic_id(os.path.join(self.data_dir, name))
+            if topic_id is not None:
+                self._topic_ids[tp] = topic_id
         if self.clean_shutdown:
             os.unlink(self._marker)
             fsutil.fsync_dir(self.data_dir)
@@ -118,9 +158,12 @@ class LogManager:
     def get(self, topic: str, partition: int) -> PartitionLog | None:
         return self._logs.get((topic, partition))
 
-    def get_or_create(self, topic: str, partition: int, config: LogConfig | None = None) -> PartitionLog:
+    def get_or_create(self, topic: str, partition: int, config: LogConfig | None = None,
+                      topic_id: str | None = None) -> PartitionLog:
         """The log of `topic`-`partition`, created empty at offset 0 if absent.
-        A given `config` replaces the log's current one."""
+        A given `config` replaces the log's current one. A given `topic_id` is recorded in the
+        log's partition.metadata when it has none (the caller retires a log of another topic id
+        first: `topic_id`)."""
         validate_topic_name(topic)
         if partition < 0:
             raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"partition {partition} is negative")
@@ -131,12 +174,19 @@ class LogManager:
         if log is not None:
             if config is not None and config != log.config:
                 log.update_config(config)
-            return log
-        directory = os.path.join(self.data_dir, partition_dir_name(topic, partition))
-        log = PartitionLog(directory, config or self.default_config, clean_shutdown=False,
-                           event_sink=self._sink, clock=self._clock, trash=self.trash)
-        self._logs[tp] = log
+        else:
+            directory = os.path.join(self.data_dir, partition_dir_name(topic, partition))
+            log = PartitionLog(directory, config or self.default_config, clean_shutdown=False,
+                               event_sink=self._sink, clock=self._clock, trash=self.trash)
+            self._logs[tp] = log
+        if topic_id is not None and tp not in self._topic_ids:
+            write_topic_id(log.directory, topic_id)
+            self._topic_ids[tp] = topic_id
         return log
+
+    def topic_id(self, topic: str, partition: int) -> str | None:
+        """The topic id the log of `topic`-`partition` was created for (None: no log, or none recorded)."""
+        return self._topic_ids.get((topic, partition))
 
     def logs(self) -> Iterator[tuple[TopicPartition, PartitionLog]]:
         return iter(list(self._logs.items()))
@@ -144,15 +194,42 @@ class LogManager:
     def __contains__(self, tp: TopicPartition) -> bool:
         return tp in self._logs
 
-    def delete_log(self, topic: str, partition: int) -> bool:
-        """Close and remove a partition's directory (blocking)."""
-        log = self._logs.pop((topic, partition), None)
+    def retire_log(self, topic: str, partition: int) -> str | None:
+        """Triggered when a replica is deleted (its topic deleted or created again, or the replica
+        moved away): the log leaves the manager, its files are closed without a flush, and its
+        directory is renamed `<topic>-<partition>.<ms>-<n>-delete` now, so that a log of the same name
+        created next starts empty in a directory of its own. Cheap enough for the event loop.
+        Returns the renamed directory for `purge` (None: no such log); raises OSError when the
+        rename fails (the directory is then removed here, blocking, as it must not be reused). D11."""
+        tp = (topic, partition)
+        log = self._logs.pop(tp, None)
         if log is None:
-            return False
-        log.close()
-        shutil.rmtree(log.directory, ignore_errors=True)
-        self._hws.pop((topic, partition), None)
+            return None
+        self._hws.pop(tp, None)
+        self._topic_ids.pop(tp, None)
+        log.abandon()
+        self._retired += 1
+        target = f"{log.directory}.{self._clock()}-{self._retired}{DELETE_SUFFIX}"
+        try:
+            os.rename(log.directory, target)
+        except FileNotFoundError:
+            return None
+        except OSError:
+            shutil.rmtree(log.directory, ignore_errors=True)
+            raise
+        return target
+
+    def purge(self, directory: str) -> None:
+        """Remove a directory `retire_log` renamed (blocking: run it in a worker thread)."""
+        shutil.rmtree(directory, ignore_errors=True)
         fsutil.fsync_dir(self.data_dir)
+
+    def delete_log(self, topic: str, partition: int) -> bool:
+        """Retire and remove a partition's directory (blocking)."""
+        gone = self.retire_log(topic, partition)
+        if gone is None:
+            return False
+        self.purge(gone)
         return True
 
     # ------------------------------------------------------------ high watermarks
@@ -178,17 +255,18 @@ class LogManager:
         for tp, hw in high_watermarks.items():
             if tp in self._logs:
                 self._hws[tp] = hw
-        self._hws = {tp: hw for tp, hw in self._hws.items() if tp in self._logs}
+        self._hws = {tp: hw for tp, hw in list(self._hws.items()) if tp in self._logs}
         self._hw_file.write(dict(self._hws))
 
     # ------------------------------------------------------------ other checkpoints
 
     def checkpoint_offsets(self) -> None:
         """Write the recovery-point and log-start-offset checkpoints (blocking)."""
-        for log in self._logs.values():
+        logs = list(self._logs.items())         # (the loop may retire a log meanwhile)
+        for _, log in logs:
             log.recovery_point_lowered = False
-        self._rp_file.write({tp: log.recovery_point for tp, log in self._logs.items()})
-        self._ls_file.write({tp: log.log_start_offset for tp, log in self._logs.items()})
+        self._rp_file.write({tp: log.recovery_point for tp, log in logs})
+        self._ls_file.write({tp: log.log_start_offset for tp, log in logs})
 
     def flush_due(self, now_ms: int | None = None) -> list[TopicPartition]:
         """The flusher task's body (blocking): flush every log whose policy
@@ -197,7 +275,7 @@ class LogManager:
         checkpoints if a truncation lowered a recovery point (so a crash
         cannot trust unflushed bytes written after a truncation). Returns
         the partitions flushed."""
-        if any(log.recovery_point_lowered for log in self._logs.values()):
+        if any(log.recovery_point_lowered for log in list(self._logs.values())):
             self.checkpoint_offsets()
         flushed = []
         for tp, log in self.logs():

@@ -459,6 +459,11 @@ class LogSegment:
             except FileNotFoundError:
                 pass
 
+    def abandon(self) -> None:
+        """Triggered when its partition is deleted: close its files for good without writing
+        pending index entries (its directory is about to be renamed and removed)."""
+        self._close_for_good()
+
     def retire(self) -> list[str]:
         """Triggered when the segment leaves its log (retention, truncation): close its files for
         good and rename them `*.deleted` (D10), cheap enough for the event loop. Returns the

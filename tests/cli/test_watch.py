@@ -103,7 +103,7 @@ async def test_the_live_view_fits_a_small_terminal_and_says_how_many_partitions_
         await admin.wait_for_leaders("wide", timeout_ms=30_000)
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))
-    env = {**os.environ, "TERM": "xterm", "COLUMNS": "120", "LINES": "24"}
+    env = {**os.environ, "TERM": "xterm", "COLUMNS": "120", "LINES": "24", "PYTHONIOENCODING": "utf-8"}
     env.pop("MINIBROKER_BOOTSTRAP", None)
     proc = subprocess.Popen([sys.executable, "-m", "minibroker.cli", "watch", "--bootstrap-server", cluster.bootstrap,
                              "--interval-ms", "200"], stdin=slave, stdout=slave, stderr=slave, env=env,
@@ -121,7 +121,7 @@ async def test_the_live_view_fits_a_small_terminal_and_says_how_many_partitions_
         os.close(master)
     text = out.decode(errors="replace")
     assert "more partitions" in text, text[-2000:]
-    assert "wide-0 " in text and "wide-39 " not in text
+    assert "│ wide-0 " in text and "│ wide-39 " not in text       # table rows (events name partitions too)
 
 
 def _read_some(fd: int) -> bytes:

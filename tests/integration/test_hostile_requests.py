@@ -230,10 +230,12 @@ async def test_the_tail_cache_releases_big_batches(hc):
             assert resp["topics"][0]["partitions"][0]["error"] == 0
     finally:
         conn.close()
-    after = [rss_bytes(p) for p in pids]
-    grown = [(a - b) >> 20 for a, b in zip(after, before, strict=True)]
-    # Before the fix every broker kept each partition's newest batch: +108 MiB.
-    assert max(grown) < 60, f"RSS growth per broker (MiB): {grown}"
+    # Before the fix every broker kept each partition's newest batch: +108 MiB, for good. A follower may
+    # still hold the last batch's Fetch answer for a moment after the produce is answered (it sends its
+    # next Fetch, which moves the HW, before it lets go of the answer), longer on a loaded machine.
+    def grown() -> list[int]:
+        return [(rss_bytes(p) - b) >> 20 for p, b in zip(pids, before, strict=True)]
+    await until(lambda: max(grown()) < 60, "every broker's RSS growth under 60 MiB", timeout_s=30)
 
 
 async def test_an_accepted_near_limit_batch_reaches_every_follower(hc):

@@ -162,8 +162,8 @@ class LogManager:
                       topic_id: str | None = None) -> PartitionLog:
         """The log of `topic`-`partition`, created empty at offset 0 if absent.
         A given `config` replaces the log's current one. A given `topic_id` is recorded in the
-        log's partition.metadata when it has none (the caller retires a log of another topic id
-        first: `topic_id`)."""
+        log's partition.metadata when it has none (a log of another topic id is the caller's to
+        retire first, see `topic_id`)."""
         validate_topic_name(topic)
         if partition < 0:
             raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"partition {partition} is negative")

@@ -19,6 +19,7 @@ from minibroker.storage import LogConfig
 from minibroker.storage.log import PartitionLog
 from minibroker.storage.manager import PARTITION_METADATA_FILE, LogManager, read_topic_id
 from minibroker.testing.fixtures import cluster, cluster_factory  # noqa: F401
+from minibroker.testing.wait import until
 
 # As the bench's end-to-end topic: segments removed at once, so a slow removal cannot hide the race.
 CONFIGS = {"segment.bytes": str(1 << 20), "file.delete.delay.ms": "0"}
@@ -43,13 +44,10 @@ async def _read_all(bootstrap: str, topic: str, expected: int, timeout_s: float 
     return out
 
 
-async def _gone(admin: Admin, topic: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if topic not in await admin.list_topics():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{topic} still listed {timeout_s} s after its deletion")
+async def _gone(admin: Admin, topic: str) -> None:
+    async def unlisted() -> bool:
+        return topic not in await admin.list_topics()
+    await until(unlisted, f"{topic} no longer listed after its deletion", timeout_s=30)
 
 
 def _local_values(data_dir: str, topic: str) -> list[bytes]:
@@ -76,10 +74,7 @@ async def test_a_topic_created_again_at_once_holds_only_its_own_records(cluster)
 
     def left() -> list[str]:                     # (the renamed directories are removed off the loop)
         return [n for d in dirs for n in os.listdir(d) if n.startswith("again-")]
-    deadline = time.monotonic() + 30
-    while left() and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    assert not left()
+    await until(lambda: not left(), "the deleted partitions' directories removed", timeout_s=30)
 
 
 @pytest.mark.cluster

@@ -83,12 +83,22 @@ def group_handlers(gc: Callable[[], GroupCoordinator | None]) -> dict[ApiKey, Ha
                                                        for m, e in zip(body["members"], errors, strict=True)]}
 
     async def offset_commit(ctx: Any, body: dict[str, Any]) -> dict[str, Any]:
-        offsets = [(t["topic"], p["partition"], p["offset"], p["leader_epoch"], p["metadata"] or "")
-                   for t in body["topics"] for p in t["partitions"]]
-        try:
-            result = await coordinator().commit(body["group_id"], body["generation_id"], body["member_id"], offsets)
-        except NotCoordinator as exc:
-            result = {(t, p): exc.code for t, p, *_ in offsets}
+        """A partition the metadata does not hold is answered UNKNOWN_TOPIC_OR_PARTITION and not
+        committed, before the coordinator sees the rest (Kafka checks it in KafkaApis)."""
+        c = coordinator()
+        offsets = []
+        result: dict[tuple[str, int], ErrorCode] = {}
+        for t in body["topics"]:
+            for p in t["partitions"]:
+                if c.has_partition(t["topic"], p["partition"]):
+                    offsets.append((t["topic"], p["partition"], p["offset"], p["leader_epoch"], p["metadata"] or ""))
+                else:
+                    result[(t["topic"], p["partition"])] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if offsets:
+            try:
+                result.update(await c.commit(body["group_id"], body["generation_id"], body["member_id"], offsets))
+            except NotCoordinator as exc:
+                result.update({(t, p): exc.code for t, p, *_ in offsets})
         return {"topics": [{"topic": t["topic"], "partitions": [
             {"partition": p["partition"], "error": int(result[(t["topic"], p["partition"])])}
             for p in t["partitions"]]} for t in body["topics"]]}

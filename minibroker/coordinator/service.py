@@ -445,6 +445,10 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ offsets
 
+    def has_partition(self, topic: str, partition: int) -> bool:
+        """Whether this broker's metadata holds `topic`-`partition` (OffsetCommit commits no other)."""
+        return self.broker.image.partition(topic, partition) is not None
+
     async def commit(self, group_id: str, generation_id: int, member_id: str,
                      offsets: list[tuple[str, int, int, int, str]]) -> dict[tuple[str, int], ErrorCode]:
         """OffsetCommit: (topic, partition, offset, leader epoch, metadata) each; written with acks=all

@@ -92,3 +92,30 @@ async def test_only_the_coordinator_answers_for_a_group_others_say_not_coordinat
         unknown = await admin.net.request_address(addr, ApiKey.SYNC_GROUP, {
             "group_id": "g2", "generation_id": 1, "member_id": "nobody"})
         assert unknown["error"] == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+async def test_a_commit_to_a_partition_the_metadata_lacks_is_refused_and_the_rest_committed(gc):
+    """Kafka's KafkaApis answers UNKNOWN_TOPIC_OR_PARTITION for a topic or partition its metadata
+    lacks and commits the others (librdkafka's test 0030 commits to a topic that does not exist)."""
+    async with Admin(gc.bootstrap) as admin:
+        await admin.create_topic("known", 2, 3)
+
+        async def coordinator_found():
+            _, resp = await admin.net.request_any(ApiKey.FIND_COORDINATOR, {"key": "g3"})
+            return None if resp["error"] else resp
+        found = await until(coordinator_found, "a coordinator for g3", timeout_s=60, interval_s=0.1)
+        addr = (found["host"], found["port"])
+        commit = {"group_id": "g3", "topics": [
+            {"topic": "known", "partitions": [{"partition": 1, "offset": 7}, {"partition": 5, "offset": 8}]},
+            {"topic": "nowhere", "partitions": [{"partition": 0, "offset": 9}]}]}
+
+        async def loaded_commit():
+            resp = await admin.net.request_address(addr, ApiKey.OFFSET_COMMIT, commit)
+            errors = {(t["topic"], p["partition"]): p["error"] for t in resp["topics"] for p in t["partitions"]}
+            return None if errors[("known", 1)] == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS else errors
+        errors = await until(loaded_commit, "the coordinator to finish loading", timeout_s=60, interval_s=0.1)
+        assert errors == {("known", 1): ErrorCode.NONE, ("known", 5): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                          ("nowhere", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+        fetched = await admin.net.request_address(addr, ApiKey.OFFSET_FETCH, {"group_id": "g3", "topics": None})
+        assert [(t["topic"], p["partition"], p["offset"]) for t in fetched["topics"] for p in t["partitions"]] \
+            == [("known", 1, 7)]

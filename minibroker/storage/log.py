@@ -49,14 +49,14 @@ from minibroker import clock
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.events import Event, EventSink, discard
 from minibroker.records import (
-    BatchHeader, batch_headers, single_producer_batch, stamp_chunks, stamp_prefix, validate_batches,
+    BatchHeader, batch_headers, iter_records, single_producer_batch, stamp_chunks, stamp_prefix, validate_batches,
 )
 from minibroker.storage import fsutil
 from minibroker.storage.checkpoint import LEADER_EPOCH_FILE, LeaderEpochCheckpointFile
 from minibroker.storage.epoch_cache import LeaderEpochCache
 from minibroker.storage.loader import LoadInfo, load_log
 from minibroker.storage.log_config import LogConfig
-from minibroker.storage.segment import AppendedBatch, LogSegment
+from minibroker.storage.segment import AppendedBatch, Located, LogSegment
 from minibroker.storage.trash import SegmentTrash
 
 _I32_MAX = 2**31 - 1
@@ -426,37 +426,51 @@ class PartitionLog:
         return max(bisect.bisect_right(self._bases, offset) - 1, 0)
 
     def offset_for_timestamp(self, timestamp: int, upper_bound_offset: int) -> tuple[int, int] | None:
-        """ListOffsets by time (KIP-79) at batch granularity: (offset, max timestamp) of the first
-        batch below `upper_bound_offset` whose max timestamp >= `timestamp` (its base offset, or
-        the log start if higher), or None. Blocking reads: call off the event loop."""
+        """ListOffsets by time (KIP-79), as Kafka's segment search: (offset, timestamp) of the first
+        record at or above the log start whose timestamp >= `timestamp`, looked for inside the first
+        batches whose max timestamp is; None if there is none or it is at or above `upper_bound_offset`
+        (the HW). Segments are skipped by their max timestamp, batches by their headers; only a
+        matching batch is decoded. Blocking reads: call off the event loop."""
         with self._lock:
             segments = list(self._segments)
+        start = self.log_start_offset
         for seg in segments:
             if seg.max_timestamp < timestamp:
                 continue
             for h in seg._walk(0, seg.size):
                 if h.base_offset >= upper_bound_offset:
                     return None
-                if h.last_offset >= self.log_start_offset and h.max_timestamp >= timestamp:
-                    return max(h.base_offset, self.log_start_offset), h.max_timestamp
+                if h.last_offset < start or h.max_timestamp < timestamp:
+                    continue
+                for r in iter_records(seg.read_batch(h), min_offset=start):
+                    if r.timestamp >= timestamp:
+                        return (r.offset, r.timestamp) if r.offset < upper_bound_offset else None
         return None
 
     def offset_of_max_timestamp(self, upper_bound_offset: int) -> tuple[int, int] | None:
-        """ListOffsets MAX_TIMESTAMP (-3, KIP-734) at batch granularity: (last offset, timestamp) of
-        the first batch below `upper_bound_offset` with the largest max timestamp, or None if empty.
+        """ListOffsets MAX_TIMESTAMP (-3, KIP-734): (offset, timestamp) of the first record holding the
+        largest timestamp among the batches below `upper_bound_offset` that reach the log start (the first
+        such batch, then the first such record in it, as Kafka's `offsetOfMaxTimestamp`), or None.
         Blocking reads: call off the event loop."""
         with self._lock:
             segments = list(self._segments)
-        best: tuple[int, int] | None = None
+        start = self.log_start_offset
+        best: tuple[LogSegment, Located] | None = None
         for seg in segments:
-            if seg.size == 0 or (best is not None and seg.max_timestamp <= best[1]):
+            if seg.size == 0 or (best is not None and seg.max_timestamp <= best[1].max_timestamp):
                 continue
             for h in seg._walk(0, seg.size):
                 if h.last_offset >= upper_bound_offset:
                     break
-                if h.last_offset >= self.log_start_offset and (best is None or h.max_timestamp > best[1]):
-                    best = (h.last_offset, h.max_timestamp)
-        return best
+                if h.last_offset >= start and (best is None or h.max_timestamp > best[1].max_timestamp):
+                    best = (seg, h)
+        if best is None:
+            return None
+        seg, h = best
+        for r in iter_records(seg.read_batch(h)):       # Kafka's: even below a log start moved mid-batch
+            if r.timestamp == h.max_timestamp:
+                return r.offset, r.timestamp
+        return h.last_offset, h.max_timestamp
 
     def read(self, fetch_offset: int, max_bytes: int, upper_bound_offset: int | None = None, *,
              min_one_batch: bool = True) -> bytes:

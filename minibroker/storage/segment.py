@@ -427,6 +427,10 @@ class LogSegment:
                     end, next_offset = cut.position + cut.size, cut.last_offset + 1
         return os.pread(self.fd, end - start_position, start_position), end, next_offset
 
+    def read_batch(self, batch: Located) -> bytes:
+        """The bytes of one batch `_walk` found (a cold path's record-level look: ListOffsets by time)."""
+        return os.pread(self.fd, batch.size, batch.position)
+
     def read_batch_header(self, position: int) -> Located:
         f = HEADER.unpack(os.pread(self.fd, HEADER_SIZE, position))
         return Located(position, f[0], f[0] + f[6], f[2], f[1] + LOG_OVERHEAD, f[8])

@@ -8,6 +8,7 @@ import threading
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from minibroker import codec
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.records import build_batch, iter_records, parse_header, scan_headers
 from minibroker.storage import LogConfig, PartitionLog, UnexpectedAppendOffset
@@ -628,3 +629,27 @@ def test_epoch_entries_of_appended_batches_wait_for_the_flush_and_a_crash_rebuil
     assert not log.epoch_checkpoint_due
     log.assign_leader_epoch(8)                               # an election's entry: no batch to rebuild it from
     assert log.epoch_checkpoint_due
+
+
+# ---------------------------------------------------------------- ListOffsets by time
+
+@pytest.mark.parametrize("compression", [codec.NONE, codec.LZ4])
+def test_offset_for_timestamp_finds_the_record_inside_its_batch(tmp_path, compression):
+    """Kafka's segment search: the first record (not batch) whose timestamp is at or after the target,
+    its own timestamp, above the log start and below the bound (librdkafka's test 0054)."""
+    log = open_log(tmp_path)
+    log.assign_leader_epoch(0)
+    log.append_as_leader(build_batch([(None, b"a", 1234), (None, b"b", 9_000), (None, b"c", 5_000)],
+                                     compression=compression), 0)                          # offsets 0-2
+    log.append_as_leader(build_batch([(None, b"d", 7_000), (None, b"e", 20_000)], compression=compression), 0)
+    assert log.offset_for_timestamp(0, 5) == (0, 1234)
+    assert log.offset_for_timestamp(1235, 5) == (1, 9_000)
+    assert log.offset_for_timestamp(6_000, 5) == (1, 9_000)       # the first at or after it, not the closest
+    assert log.offset_for_timestamp(9_001, 5) == (4, 20_000)
+    assert log.offset_for_timestamp(9_001, 4) is None              # found at the bound: none, as Kafka
+    assert log.offset_for_timestamp(20_001, 5) is None
+    assert log.offset_of_max_timestamp(5) == (4, 20_000)
+    assert log.offset_of_max_timestamp(3) == (1, 9_000)            # the record, not the batch's last offset
+    assert log.maybe_increment_log_start_offset(2)
+    assert log.offset_for_timestamp(0, 5) == (2, 5_000)
+    assert log.offset_of_max_timestamp(3) == (1, 9_000)             # Kafka's answer, below a mid-batch log start

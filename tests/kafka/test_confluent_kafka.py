@@ -188,3 +188,32 @@ def test_a_producer_to_an_unknown_topic_creates_it_as_kafka_does_by_default(shar
 def test_a_producer_to_an_invalid_topic_name_gets_topic_exception(shared_cluster):
     _acked, errors = produce(shared_cluster.kafka_bootstrap, "bad name!", 1, {"message.timeout.ms": 10_000})
     assert [e.code() for e in errors] == [KafkaError.TOPIC_EXCEPTION]
+
+
+def test_offsets_for_times_finds_the_record_inside_a_batch_and_a_commit_to_an_unknown_topic_is_refused(
+        shared_cluster):
+    """Both as librdkafka's own tests 0054 and 0030 expect of Kafka: the first record at or after the
+    time, even in the middle of a batch; a commit naming a topic that does not exist fails with
+    UNKNOWN_TOPIC_OR_PART and commits nothing."""
+    c = shared_cluster
+    create_topic(c, "cf-times", partitions=1)
+    p = Producer({"bootstrap.servers": c.kafka_bootstrap, "acks": "all", "linger.ms": 200})
+    for ts in (1234, 999_999_999_999, 5_000):                    # one batch: linger.ms holds them together
+        p.produce("cf-times", value=b"v%d" % ts, partition=0, timestamp=ts)
+    assert p.flush(60) == 0
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": c.kafka_bootstrap, "group.id": "cf-times-g"})
+    try:
+        found = consumer.offsets_for_times([TopicPartition("cf-times", 0, 999_999_999_999)], timeout=30)
+        assert [(tp.offset, tp.error) for tp in found] == [(1, None)]
+        found = consumer.offsets_for_times([TopicPartition("cf-times", 0, 1235)], timeout=30)
+        assert found[0].offset == 1
+        found = consumer.offsets_for_times([TopicPartition("cf-times", 0, 2_000)], timeout=30)
+        assert found[0].offset == 1                             # the first at or after it, not the closest (2)
+        with pytest.raises(confluent_kafka.KafkaException) as ei:
+            consumer.commit(offsets=[TopicPartition("cf-no-such-topic", 0, 5), TopicPartition("cf-times", 0, 2)],
+                            asynchronous=False)
+        assert ei.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+        committed = consumer.committed([TopicPartition("cf-times", 0)], timeout=30)
+        assert committed[0].offset == 2
+    finally:
+        consumer.close()

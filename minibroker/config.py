@@ -62,6 +62,7 @@ DEFAULTS: dict[str, str] = {
     "log.flush.interval.ms": "9223372036854775807",
     "minibroker.fsync.before.ack": "false",
     "message.max.bytes": "1048588",
+    "compression.type": "producer",
     "replica.high.watermark.checkpoint.interval.ms": "5000",
     # replication
     "replica.lag.time.max.ms": "30000",
@@ -108,6 +109,7 @@ TOPIC_CONFIGS: dict[str, str] = {
     "max.message.bytes": "message.max.bytes",
     "index.interval.bytes": "log.index.interval.bytes",
     "file.delete.delay.ms": "log.segment.delete.delay.ms",
+    "compression.type": "compression.type",
 }
 
 ENV_PREFIX = "MINIBROKER_"

@@ -383,6 +383,32 @@ def decode_rows(batch: bytes) -> list[tuple[bytes | None, bytes | None, int, tup
 
 # ---------------------------------------------------------------- broker side
 
+def needs_recompression(buf: bytes | bytearray | memoryview, target: int) -> bool:
+    """Whether a produce payload holds a batch whose codec is not `target` (from the headers alone)."""
+    return any(h.attributes & codec.CODEC_MASK != target for h in iter_batch_headers(memoryview(buf)))
+
+
+def recompress(buf: bytes | bytearray | memoryview, target: int, max_message_bytes: int | None) -> bytes:
+    """A produce payload with each batch whose codec is not `target` rebuilt in it (the topic's
+    compression.type, Kafka's LogValidator): the same offset deltas, timestamps, keys, values, headers
+    and producer id, epoch and base sequence. Validates the payload first (`validate_batches`, whose
+    errors it raises); the caller's append checks the new batches' sizes. Per-record work, so it runs
+    off the event loop; only a topic or broker compression.type other than `producer` asks for it."""
+    validate_batches(buf, max_message_bytes=max_message_bytes)
+    mv = memoryview(buf)
+    out: list[bytes | memoryview] = []
+    for h in iter_batch_headers(mv):
+        raw = mv[h.position: h.position + h.size]
+        if h.attributes & codec.CODEC_MASK == target:
+            out.append(raw)
+            continue
+        b = new_builder(target, h.producer_id, h.producer_epoch, h.base_sequence)
+        for r in iter_records(raw, with_headers=True):
+            b.append(r.offset, r.timestamp, r.key, r.value, list(r.headers))   # type: ignore[union-attr]
+        out.append(b.build())
+    return b"".join(out)
+
+
 def parse_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
     """Unpack the header at `position` (no CRC check). Needs HEADER_SIZE bytes."""
     if len(buf) - position < HEADER_SIZE:

@@ -7,11 +7,12 @@ import pytest
 from crc32c import crc32c
 from hypothesis import given, settings, strategies as st
 
+from minibroker import codec
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.records import (
     CRC_POS, CRC_START, EPOCH_POS, HEADER_SIZE, MAGIC, TIMESTAMP_TYPE_LOG_APPEND, BatchPosition,
-    Record, build_batch, encode_batch, iter_batch_headers, iter_records, parse_header,
-    scan_headers, stamp, validate_batches,
+    Record, build_batch, decode_rows, encode_batch, iter_batch_headers, iter_records, needs_recompression,
+    parse_header, recompress, scan_headers, stamp, validate_batches,
 )
 from minibroker.testing.batches import batch_of, raw_record
 
@@ -415,3 +416,30 @@ def test_is_compressed_reads_the_first_batchs_codec_bits_only():
     assert is_compressed(build_batch([b"x" * 50], compression=4))
     assert not is_compressed(build_batch([b"x"]))
     assert not is_compressed(b"") and not is_compressed(b"\x00" * 22)
+
+
+@pytest.mark.parametrize("target", [codec.NONE, codec.GZIP, codec.SNAPPY, codec.LZ4, codec.ZSTD])
+@pytest.mark.parametrize("source", [codec.NONE, codec.LZ4])
+def test_recompress_rebuilds_batches_in_the_topics_codec_and_keeps_every_field(source, target):
+    """compression.type on a topic: the leader stores the records in its codec, with the same offsets,
+    timestamps, keys, values, headers and producer id, epoch and base sequence."""
+    rows = [(b"k1", b"v1", 1_000, [("h", b"x")]), (None, b"v2", 999, []), (b"k3", None, 2_000, [("e", None)])]
+    batch = build_batch(rows, producer_id=7, producer_epoch=2, base_sequence=5, compression=source)
+    assert needs_recompression(batch, target) == (source != target)
+    out = recompress(batch + batch, target, 1 << 20)
+    heads = [parse_header(out, 0), parse_header(out, parse_header(out).size)]
+    for h in heads:
+        assert (h.attributes & codec.CODEC_MASK, h.producer_id, h.producer_epoch, h.base_sequence) == (target, 7, 2, 5)
+        assert (h.record_count, h.last_offset_delta, h.first_timestamp, h.max_timestamp) == (3, 2, 1_000, 2_000)
+    assert decode_rows(out[:heads[0].size]) == decode_rows(batch)
+    assert recompress(batch, source, 1 << 20) == batch                       # already in the codec: as it came
+    if target == codec.NONE and source == codec.NONE:
+        assert out == batch + batch
+
+
+def test_recompress_validates_the_payload_first():
+    bad = bytearray(build_batch([b"x"]))
+    bad[-1] ^= 0xFF
+    with pytest.raises(KafkaError) as ei:
+        recompress(bytes(bad), codec.LZ4, 1 << 20)
+    assert ei.value.code == ErrorCode.CORRUPT_MESSAGE

@@ -34,6 +34,11 @@ CONFIG_TYPES: dict[str, tuple[str, int | None]] = {
     "max.message.bytes": ("int", 0),
     "index.interval.bytes": ("int", 0),
     "file.delete.delay.ms": ("long", 0),
+    "compression.type": ("string", None),
+}
+# String topic configs with a closed set of values, in Kafka's order (its ConfigDef.ValidString message).
+CONFIG_CHOICES: dict[str, tuple[str, ...]] = {
+    "compression.type": ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
 }
 
 
@@ -60,6 +65,9 @@ def topic_config_error(configs: Mapping[str, str], max_message_bytes_limit: int 
             return f"Unknown topic config name: {key}"
         kind, minimum = CONFIG_TYPES.get(key, ("string", None))
         v = raw.strip()
+        if key in CONFIG_CHOICES and v not in CONFIG_CHOICES[key]:
+            choices = ", ".join(CONFIG_CHOICES[key])
+            return f"Invalid value {raw} for configuration {key}: String must be one of: {choices}"
         if kind == "bool":
             if v.lower() not in ("true", "false"):
                 return f"Invalid value {raw} for configuration {key}: Expected value to be either true or false"

@@ -11,10 +11,15 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 from collections.abc import Mapping
 
+from minibroker import codec
 from minibroker.errors import ErrorCode, KafkaError
 
 LONG_MAX = 2**63 - 1
 DAY_MS = 24 * 3600 * 1000
+# compression.type's values (Kafka's BrokerCompressionType): "producer" keeps each batch's codec, the
+# others are the codec the leader stores ("uncompressed" = none).
+COMPRESSION_TYPES: dict[str, int | None] = {"uncompressed": codec.NONE, "zstd": codec.ZSTD, "lz4": codec.LZ4,
+                                            "snappy": codec.SNAPPY, "gzip": codec.GZIP, "producer": None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +33,7 @@ class LogConfig:
     flush_ms: int = LONG_MAX                     # flush.ms / log.flush.interval.ms
     max_message_bytes: int = 1048588             # max.message.bytes / message.max.bytes
     file_delete_delay_ms: int = 60000            # file.delete.delay.ms / log.segment.delete.delay.ms
+    compression_type: str = "producer"           # compression.type (topic and broker): a COMPRESSION_TYPES key
     # minibroker's own switch: fsync the log before an acks=all response is sent.
     flush_on_acks_all: bool = False              # minibroker.flush.on.acks.all
 
@@ -43,6 +49,8 @@ class LogConfig:
             (self.flush_ms >= 0, "flush.ms must be >= 0"),
             (self.max_message_bytes >= 0, "max.message.bytes must be >= 0"),
             (self.file_delete_delay_ms >= 0, "file.delete.delay.ms must be >= 0"),
+            (self.compression_type in COMPRESSION_TYPES,
+             f"compression.type must be one of {', '.join(COMPRESSION_TYPES)}"),
         ]
         for ok, msg in checks:
             if not ok:
@@ -59,6 +67,11 @@ class LogConfig:
                 raise KafkaError(ErrorCode.INVALID_CONFIG, f"unknown log config {name!r}")
             updates[attr] = _coerce(name, attr, raw)
         return replace(base or cls(), **updates)
+
+    @property
+    def target_codec(self) -> int | None:
+        """The codec the leader stores batches in, or None to keep the producer's."""
+        return COMPRESSION_TYPES[self.compression_type]
 
     def to_properties(self) -> dict[str, str]:
         out = {}
@@ -79,6 +92,7 @@ _TOPIC_NAMES = {
     "flush.ms": "flush_ms",
     "max.message.bytes": "max_message_bytes",
     "file.delete.delay.ms": "file_delete_delay_ms",
+    "compression.type": "compression_type",
     "minibroker.flush.on.acks.all": "flush_on_acks_all",
 }
 PROPERTY_NAMES: dict[str, str] = {
@@ -94,9 +108,12 @@ PROPERTY_NAMES: dict[str, str] = {
     "log.segment.delete.delay.ms": "file_delete_delay_ms",
 }
 _BOOL_ATTRS = {f.name for f in fields(LogConfig) if f.type in ("bool", bool)}
+_STR_ATTRS = {f.name for f in fields(LogConfig) if f.type in ("str", str)}
 
 
 def _coerce(name: str, attr: str, raw: Any) -> Any:
+    if attr in _STR_ATTRS:
+        return str(raw).strip()
     if attr in _BOOL_ATTRS:
         if isinstance(raw, bool):
             return raw

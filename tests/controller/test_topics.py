@@ -19,6 +19,14 @@ def test_accepted_topic_configs_with_their_types():
                                "retention.ms": "-1", "retention.bytes": "-1", "segment.bytes": "1048576",
                                "segment.ms": "60000", "max.message.bytes": "1000000", "flush.messages": "1",
                                "flush.ms": "0", "index.interval.bytes": "4096"}) is None
+    for value in ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"):
+        assert topic_config_error({"compression.type": value}) is None
+
+
+def test_compression_type_names_kafkas_choices_when_refused():
+    assert topic_config_error({"compression.type": "LZ4"}) == (
+        "Invalid value LZ4 for configuration compression.type: String must be one of: "
+        "uncompressed, zstd, lz4, snappy, gzip, producer")
 
 
 @pytest.mark.parametrize("configs", [

@@ -31,6 +31,10 @@ CODEC_MASK = 0x07
 
 NAMES: dict[str, int] = {"none": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD}
 CODEC_NAMES: dict[int, str] = {v: k for k, v in NAMES.items()}
+# The `compression.type` of a topic or broker, in Kafka's order (BrokerCompressionType): the codec the
+# leader stores batches in ("uncompressed" is none), or None for "producer", which keeps each batch's own.
+TOPIC_COMPRESSION_TYPES: dict[str, int | None] = {"uncompressed": NONE, "zstd": ZSTD, "lz4": LZ4, "snappy": SNAPPY,
+                                                  "gzip": GZIP, "producer": None}
 
 _RELEASE_ABOVE = 1 << 20      # scratch pages written beyond this are given back after each use
 _scratch = threading.local()  # Invariant: .buf is this thread's output buffer for lz4/zstd, or absent

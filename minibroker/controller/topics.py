@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 
+from minibroker.codec import TOPIC_COMPRESSION_TYPES
 from minibroker.config import TOPIC_CONFIGS
 from minibroker.metadata import PartitionRecord, RemoveTopicRecord, TopicRecord
 
@@ -37,9 +38,7 @@ CONFIG_TYPES: dict[str, tuple[str, int | None]] = {
     "compression.type": ("string", None),
 }
 # String topic configs with a closed set of values, in Kafka's order (its ConfigDef.ValidString message).
-CONFIG_CHOICES: dict[str, tuple[str, ...]] = {
-    "compression.type": ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
-}
+CONFIG_CHOICES: dict[str, tuple[str, ...]] = {"compression.type": tuple(TOPIC_COMPRESSION_TYPES)}
 
 
 def topic_name_error(name: str) -> str | None:

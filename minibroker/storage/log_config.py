@@ -16,10 +16,6 @@ from minibroker.errors import ErrorCode, KafkaError
 
 LONG_MAX = 2**63 - 1
 DAY_MS = 24 * 3600 * 1000
-# compression.type's values (Kafka's BrokerCompressionType): "producer" keeps each batch's codec, the
-# others are the codec the leader stores ("uncompressed" = none).
-COMPRESSION_TYPES: dict[str, int | None] = {"uncompressed": codec.NONE, "zstd": codec.ZSTD, "lz4": codec.LZ4,
-                                            "snappy": codec.SNAPPY, "gzip": codec.GZIP, "producer": None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +29,7 @@ class LogConfig:
     flush_ms: int = LONG_MAX                     # flush.ms / log.flush.interval.ms
     max_message_bytes: int = 1048588             # max.message.bytes / message.max.bytes
     file_delete_delay_ms: int = 60000            # file.delete.delay.ms / log.segment.delete.delay.ms
-    compression_type: str = "producer"           # compression.type (topic and broker): a COMPRESSION_TYPES key
+    compression_type: str = "producer"           # compression.type: a key of codec.TOPIC_COMPRESSION_TYPES
     # minibroker's own switch: fsync the log before an acks=all response is sent.
     flush_on_acks_all: bool = False              # minibroker.flush.on.acks.all
 
@@ -49,8 +45,8 @@ class LogConfig:
             (self.flush_ms >= 0, "flush.ms must be >= 0"),
             (self.max_message_bytes >= 0, "max.message.bytes must be >= 0"),
             (self.file_delete_delay_ms >= 0, "file.delete.delay.ms must be >= 0"),
-            (self.compression_type in COMPRESSION_TYPES,
-             f"compression.type must be one of {', '.join(COMPRESSION_TYPES)}"),
+            (self.compression_type in codec.TOPIC_COMPRESSION_TYPES,
+             f"compression.type must be one of {', '.join(codec.TOPIC_COMPRESSION_TYPES)}"),
         ]
         for ok, msg in checks:
             if not ok:
@@ -71,7 +67,7 @@ class LogConfig:
     @property
     def target_codec(self) -> int | None:
         """The codec the leader stores batches in, or None to keep the producer's."""
-        return COMPRESSION_TYPES[self.compression_type]
+        return codec.TOPIC_COMPRESSION_TYPES[self.compression_type]
 
     def to_properties(self) -> dict[str, str]:
         out = {}

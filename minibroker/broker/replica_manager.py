@@ -63,7 +63,8 @@ _OFFSET_CHECKPOINT_MS = 60_000
 # How often, at most, an incremental Fetch applies the follower-fetch rule to each of its session's
 # quiet partitions (KS3): a follower's fetch time on them lags its fetches by at most this much (or
 # replica.lag.time.max.ms / 20 when that is less), so a Fetch does not cost a call per session partition.
-QUIET_REFRESH_MS = 100
+# At Kafka's defaults (fetches every replica.fetch.wait.max.ms = 500 ms while idle) every other Fetch.
+QUIET_REFRESH_MS = 1000
 
 
 def _nothing_to_snapshot(p: Partition) -> bool:

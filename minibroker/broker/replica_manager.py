@@ -1494,6 +1494,9 @@ class ReplicaManager:
             entry["error"] = int(ErrorCode.KAFKA_STORAGE_ERROR)
             entry["message"] = f"timestamp lookup failed: {exc}"
             return entry
+        except KafkaError as exc:                     # a batch whose records do not decode
+            entry["error"], entry["message"] = int(exc.code), f"timestamp lookup failed: {exc.message}"
+            return entry
         if found is not None:
             entry["offset"], entry["timestamp"] = found
             epoch = part.log.epoch_cache.epoch_for_offset(found[0])

@@ -653,3 +653,21 @@ def test_offset_for_timestamp_finds_the_record_inside_its_batch(tmp_path, compre
     assert log.maybe_increment_log_start_offset(2)
     assert log.offset_for_timestamp(0, 5) == (2, 5_000)
     assert log.offset_of_max_timestamp(3) == (1, 9_000)             # Kafka's answer, below a mid-batch log start
+
+
+def test_offset_for_timestamp_on_a_batch_whose_bytes_changed_on_disk_raises_corrupt_message(tmp_path):
+    """The record-level search decodes the batch: damaged bytes are a KafkaError (the ListOffsets
+    handler answers the partition with its code), not a crash."""
+    log = open_log(tmp_path)
+    log.assign_leader_epoch(0)
+    log.append_as_leader(build_batch([(None, b"a", 1_000), (None, b"b", 2_000)]), 0)
+    log.flush()
+    seg = os.path.join(str(tmp_path / "orders-0"), f"{0:020d}.log")
+    with open(seg, "r+b") as f:
+        f.seek(os.path.getsize(seg) - 1)
+        last = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([last[0] ^ 0xFF]))
+    with pytest.raises(KafkaError) as ei:
+        log.offset_for_timestamp(1_500, 2)
+    assert ei.value.code == ErrorCode.CORRUPT_MESSAGE

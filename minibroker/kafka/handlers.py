@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from minibroker.broker.partition import NONE
 from minibroker.config import Config
 from minibroker.coordinator.records import OFFSETS_TOPIC
+from minibroker.dynamic_config import ConfigSource, ResourceType
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.kafka import codec
 from minibroker.kafka.codec import Api, CodecError
@@ -104,6 +105,7 @@ class KafkaApis:
             Api.DESCRIBE_CLUSTER: self._describe_cluster,
             Api.CREATE_PARTITIONS: self._create_partitions,
             Api.INCREMENTAL_ALTER_CONFIGS: self._incremental_alter_configs,
+            Api.ALTER_CONFIGS: self._alter_configs,
         }
 
     # ------------------------------------------------------------------ entry
@@ -701,6 +703,40 @@ class KafkaApis:
             {"error_code": res["error"], "error_message": res.get("message") or None,
              "resource_type": res["resource_type"], "resource_name": res["resource_name"]} for res in results]}
 
+    async def _alter_configs(self, conn: KafkaConnection, req: _Request) -> dict:
+        """The legacy AlterConfigs (33): each resource's dynamic configs become exactly the given set.
+        Served as IncrementalAlterConfigs: SET for each given config, DELETE for each dynamic config
+        of the resource (as DescribeConfigs reports it just before) that the request leaves out."""
+        r = req.body
+        self._check_size(sum(len(res.configs) for res in r.resources))
+        out = []
+        for res in r.resources:
+            rtype, name = res.resource_type, res.resource_name
+            nulls = [c.name for c in res.configs if c.value is None]
+            try:
+                if nulls:
+                    raise KafkaError(ErrorCode.INVALID_REQUEST, f"Null value not supported for: {', '.join(nulls)}")
+                described = await self._call(conn, req, ApiKey.DESCRIBE_CONFIGS, {"resources": [
+                    {"resource_type": rtype, "resource_name": name, "names": None}]})
+                assert described is not None
+                current = described["results"][0]
+                if current["error"]:
+                    raise KafkaError(ErrorCode(current["error"]), current.get("message") or "")
+                given = {c.name: c.value for c in res.configs}
+                ops = [{"name": k, "op": 0, "value": v} for k, v in given.items()]
+                ops += [{"name": c["name"], "op": 1, "value": None} for c in current["configs"]
+                        if c["source"] == _own_dynamic_source(rtype, name) and c["name"] not in given]
+                resp = await self._call(conn, req, ApiKey.INCREMENTAL_ALTER_CONFIGS, {
+                    "resources": [{"resource_type": rtype, "resource_name": name, "configs": ops}],
+                    "validate_only": bool(r.validate_only)})
+                assert resp is not None
+                code, message = resp["results"][0]["error"], resp["results"][0].get("message")
+            except KafkaError as exc:
+                code, message = int(exc.code), exc.message
+            out.append({"error_code": code, "error_message": message or None, "resource_type": rtype,
+                        "resource_name": name})
+        return {"throttle_time_ms": 0, "responses": out}
+
     async def _elect_leaders(self, conn: KafkaConnection, req: _Request) -> dict:
         r = req.body
         tps = None if r.topic_partitions is None else [
@@ -734,6 +770,17 @@ class KafkaApis:
             {"error_code": res["error"], "error_message": res.get("message") or None,
              "resource_type": res["resource_type"], "resource_name": res["resource_name"],
              "configs": [_kafka_config_entry(c, synonyms) for c in res["configs"]]} for res in results]}
+
+
+def _own_dynamic_source(resource_type: int, resource_name: str) -> int | None:
+    """The DescribeConfigs source of a resource's own dynamic configs, what a legacy AlterConfigs of it
+    replaces: a topic's, one broker's, or the cluster default's (the broker resource named "")."""
+    if resource_type == ResourceType.TOPIC:
+        return int(ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    if resource_type == ResourceType.BROKER:
+        return int(ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG if resource_name == ""
+                   else ConfigSource.DYNAMIC_BROKER_CONFIG)
+    return None
 
 
 def _single_batch_problem(records: bytes | None, version: int) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import warnings
 
 import pytest
 
@@ -217,3 +218,28 @@ def test_offsets_for_times_finds_the_record_inside_a_batch_and_a_commit_to_an_un
         assert committed[0].offset == 2
     finally:
         consumer.close()
+
+
+def test_the_legacy_alter_configs_replaces_a_topics_overrides(shared_cluster):
+    """AdminClient.alter_configs is AlterConfigs (API 33), deprecated but served by Kafka 4: the given
+    configs become the topic's whole set of overrides (min.insync.replicas, set at creation, is reset)."""
+    c = shared_cluster
+    from confluent_kafka.admin import NewTopic
+    admin = AdminClient({"bootstrap.servers": c.kafka_bootstrap})
+    admin.create_topics([NewTopic("cf-legacy", 1, 3, config={"min.insync.replicas": "2"})])["cf-legacy"].result(60)
+    wait_for_topic(c, "cf-legacy", 1)
+    res = ConfigResource(ConfigResource.Type.TOPIC, "cf-legacy", set_config={"compression.type": "zstd"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        admin.alter_configs([res])[res].result(timeout=30)
+
+    def overrides() -> dict[str, str]:
+        got = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "cf-legacy")])
+        return {k: e.value for k, e in next(iter(got.values())).result(timeout=30).items() if not e.is_default}
+    until_sync(lambda: overrides() == {"compression.type": "zstd"}, what="the overrides to be the altered set only")
+    bad = ConfigResource(ConfigResource.Type.TOPIC, "cf-legacy", set_config={"compression.type": "brotli"})
+    with warnings.catch_warnings(), pytest.raises(confluent_kafka.KafkaException) as ei:
+        warnings.simplefilter("ignore", DeprecationWarning)
+        admin.alter_configs([bad])[bad].result(timeout=30)
+    assert ei.value.args[0].code() == KafkaError.INVALID_CONFIG
+    assert overrides() == {"compression.type": "zstd"}

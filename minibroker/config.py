@@ -63,6 +63,7 @@ DEFAULTS: dict[str, str] = {
     "minibroker.fsync.before.ack": "false",
     "message.max.bytes": "1048588",
     "compression.type": "producer",
+    "log.cleanup.policy": "delete",
     "replica.high.watermark.checkpoint.interval.ms": "5000",
     # replication
     "replica.lag.time.max.ms": "30000",
@@ -110,6 +111,7 @@ TOPIC_CONFIGS: dict[str, str] = {
     "index.interval.bytes": "log.index.interval.bytes",
     "file.delete.delay.ms": "log.segment.delete.delay.ms",
     "compression.type": "compression.type",
+    "cleanup.policy": "log.cleanup.policy",
 }
 
 ENV_PREFIX = "MINIBROKER_"

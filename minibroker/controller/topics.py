@@ -36,6 +36,7 @@ CONFIG_TYPES: dict[str, tuple[str, int | None]] = {
     "index.interval.bytes": ("int", 0),
     "file.delete.delay.ms": ("long", 0),
     "compression.type": ("string", None),
+    "cleanup.policy": ("list", None),
 }
 # String topic configs with a closed set of values, in Kafka's order (its ConfigDef.ValidString message).
 CONFIG_CHOICES: dict[str, tuple[str, ...]] = {"compression.type": tuple(TOPIC_COMPRESSION_TYPES)}
@@ -64,6 +65,9 @@ def topic_config_error(configs: Mapping[str, str], max_message_bytes_limit: int 
             return f"Unknown topic config name: {key}"
         kind, minimum = CONFIG_TYPES.get(key, ("string", None))
         v = raw.strip()
+        if key == "cleanup.policy" and {p.strip() for p in v.split(",")} != {"delete"}:
+            return (f"Invalid value {raw} for configuration {key}: minibroker serves only delete "
+                    "(it has no log cleaner, so compact is not supported)")
         if key in CONFIG_CHOICES and v not in CONFIG_CHOICES[key]:
             choices = ", ".join(CONFIG_CHOICES[key])
             return f"Invalid value {raw} for configuration {key}: String must be one of: {choices}"

@@ -21,6 +21,14 @@ def test_accepted_topic_configs_with_their_types():
                                "flush.ms": "0", "index.interval.bytes": "4096"}) is None
     for value in ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"):
         assert topic_config_error({"compression.type": value}) is None
+    assert topic_config_error({"cleanup.policy": "delete"}) is None          # Kafka's default, often set explicitly
+
+
+@pytest.mark.parametrize("policy", ["compact", "compact,delete", "delete,compact", ""])
+def test_cleanup_policy_other_than_delete_is_refused_saying_why(policy):
+    assert topic_config_error({"cleanup.policy": policy}) == (
+        f"Invalid value {policy} for configuration cleanup.policy: minibroker serves only delete "
+        "(it has no log cleaner, so compact is not supported)")
 
 
 def test_compression_type_names_kafkas_choices_when_refused():

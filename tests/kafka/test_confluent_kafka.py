@@ -236,7 +236,8 @@ def test_the_legacy_alter_configs_replaces_a_topics_overrides(shared_cluster):
     def overrides() -> dict[str, str]:
         got = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "cf-legacy")])
         return {k: e.value for k, e in next(iter(got.values())).result(timeout=30).items() if not e.is_default}
-    until_sync(lambda: overrides() == {"compression.type": "zstd"}, what="the overrides to be the altered set only")
+    until_sync(lambda: overrides() == {"compression.type": "zstd"}, what="the overrides to be the altered set only",
+               timeout_s=30)
     bad = ConfigResource(ConfigResource.Type.TOPIC, "cf-legacy", set_config={"compression.type": "brotli"})
     with warnings.catch_warnings(), pytest.raises(confluent_kafka.KafkaException) as ei:
         warnings.simplefilter("ignore", DeprecationWarning)

@@ -663,6 +663,9 @@ class PartitionLog:
         deletes a segment holding offsets at or above `high_watermark`
         (default: the LEO). If every segment goes, a fresh active segment is
         rolled first. Moves the log start offset up. Returns how many were deleted."""
+        segs = self._segments
+        if len(segs) == 1 and segs[0].size == 0:
+            return 0                          # an empty log (the many idle partitions): nothing to weigh
         now = self._clock() if now_ms is None else now_ms
         hw = self.log_end_offset if high_watermark is None else high_watermark
         cfg = self.config
@@ -670,7 +673,6 @@ class PartitionLog:
         excess = total - cfg.retention_bytes if cfg.retention_bytes >= 0 else -1
         deletable = 0
         reasons: list[str] = []
-        segs = self._segments
         for i, seg in enumerate(segs):
             nxt = segs[i + 1] if i + 1 < len(segs) else None
             upper = nxt.base_offset if nxt is not None else self.log_end_offset

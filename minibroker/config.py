@@ -63,6 +63,7 @@ DEFAULTS: dict[str, str] = {
     "minibroker.fsync.before.ack": "false",
     "message.max.bytes": "1048588",
     "compression.type": "producer",
+    "log.message.timestamp.type": "CreateTime",
     "log.cleanup.policy": "delete",
     "replica.high.watermark.checkpoint.interval.ms": "5000",
     # replication
@@ -98,6 +99,9 @@ DEFAULTS: dict[str, str] = {
 }
 
 # Topic-level configs and the broker default each one falls back to.
+# message.timestamp.type's values, in Kafka's order (its ConfigDef.ValidString).
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+
 TOPIC_CONFIGS: dict[str, str] = {
     "min.insync.replicas": "min.insync.replicas",
     "unclean.leader.election.enable": "unclean.leader.election.enable",
@@ -112,6 +116,7 @@ TOPIC_CONFIGS: dict[str, str] = {
     "file.delete.delay.ms": "log.segment.delete.delay.ms",
     "compression.type": "compression.type",
     "cleanup.policy": "log.cleanup.policy",
+    "message.timestamp.type": "log.message.timestamp.type",
 }
 
 ENV_PREFIX = "MINIBROKER_"

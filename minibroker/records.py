@@ -409,6 +409,28 @@ def recompress(buf: bytes | bytearray | memoryview, target: int, max_message_byt
     return b"".join(out)
 
 
+_ATTRIBUTES = struct.Struct(">h")
+_CRC = struct.Struct(">I")
+
+
+def with_log_append_time(buf: bytes | bytearray | memoryview, now_ms: int) -> bytes:
+    """A produce payload for a log whose message.timestamp.type is LogAppendTime (Kafka's LogValidator,
+    `setMaxTimestamp(LOG_APPEND_TIME, now)`): each batch marked LogAppendTime (attributes bit 3) with
+    `now_ms` as its max timestamp, which every record of it then reads as, and its CRC computed again.
+    A constant amount of work per batch, none per record. Checks each batch's framing and CRC first
+    (KafkaError CORRUPT_MESSAGE), so that a new CRC never covers damaged bytes; the append validates
+    the rest."""
+    out = bytearray(buf)
+    mv = memoryview(out)
+    for h in list(iter_batch_headers(out, verify_crc=True)):
+        pos = h.position
+        _ATTRIBUTES.pack_into(out, pos + ATTRIBUTES_POS, h.attributes | TIMESTAMP_TYPE_LOG_APPEND)
+        _MAX_TS.pack_into(out, pos + MAX_TIMESTAMP_POS, now_ms)
+        _CRC.pack_into(out, pos + CRC_POS, crc32c(mv[pos + CRC_START: pos + h.size]))
+    mv.release()
+    return bytes(out)
+
+
 def parse_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
     """Unpack the header at `position` (no CRC check). Needs HEADER_SIZE bytes."""
     if len(buf) - position < HEADER_SIZE:

@@ -12,7 +12,7 @@ from minibroker.errors import ErrorCode, KafkaError
 from minibroker.records import (
     CRC_POS, CRC_START, EPOCH_POS, HEADER_SIZE, MAGIC, TIMESTAMP_TYPE_LOG_APPEND, BatchPosition,
     Record, build_batch, decode_rows, encode_batch, iter_batch_headers, iter_records, needs_recompression,
-    parse_header, recompress, scan_headers, stamp, validate_batches,
+    parse_header, recompress, scan_headers, stamp, validate_batches, with_log_append_time,
 )
 from minibroker.testing.batches import batch_of, raw_record
 
@@ -442,4 +442,30 @@ def test_recompress_validates_the_payload_first():
     bad[-1] ^= 0xFF
     with pytest.raises(KafkaError) as ei:
         recompress(bytes(bad), codec.LZ4, 1 << 20)
+    assert ei.value.code == ErrorCode.CORRUPT_MESSAGE
+
+
+@pytest.mark.parametrize("compression", [codec.NONE, codec.ZSTD])
+def test_log_append_time_marks_every_batch_with_the_leaders_time_and_a_new_crc(compression):
+    """message.timestamp.type=LogAppendTime (Kafka's setMaxTimestamp(LOG_APPEND_TIME, now)): bit 3 set, the
+    max timestamp the leader's time, which every record reads as; the CRC holds; nothing else changes."""
+    rows = [(b"k1", b"v1", 1_000, [("h", b"x")]), (None, b"v2", 999, [])]
+    batch = build_batch(rows, producer_id=7, producer_epoch=2, base_sequence=5, compression=compression)
+    out = with_log_append_time(batch + batch, T)
+    info = validate_batches(out)                                     # CRCs and records check out
+    for h in info.batches:
+        before = parse_header(batch)
+        assert h.attributes == before.attributes | TIMESTAMP_TYPE_LOG_APPEND
+        assert h.max_timestamp == T and h.first_timestamp == before.first_timestamp
+        assert (h.producer_id, h.producer_epoch, h.base_sequence, h.record_count) == (7, 2, 5, 2)
+    assert [r.timestamp for r in iter_records(out)] == [T] * 4
+    assert [(k, v, hs) for k, v, _ts, hs in decode_rows(out)] == [(k, v, tuple(hs)) for k, v, _ts, hs in rows] * 2
+    assert len(out) == 2 * len(batch) and out[HEADER_SIZE:len(batch)] == batch[HEADER_SIZE:]
+
+
+def test_log_append_time_checks_the_crc_before_it_writes_a_new_one():
+    bad = bytearray(build_batch([b"x"]))
+    bad[-1] ^= 0xFF
+    with pytest.raises(KafkaError) as ei:
+        with_log_append_time(bytes(bad), T)
     assert ei.value.code == ErrorCode.CORRUPT_MESSAGE

@@ -30,7 +30,7 @@ from minibroker.broker.tail import TailCache
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.events import Event, EventSink
 from minibroker.metadata import NO_LEADER, PartitionRecord
-from minibroker.records import HEADER_SIZE, batch_crc_ok, parse_header, stamp
+from minibroker.records import HEADER_SIZE, batch_crc_ok, parse_header, stamp, with_log_append_time
 from minibroker.replication import Decision, PartitionLeader, Profile
 from minibroker.replication.follower_core import follower_high_watermark, follows_log_start
 from minibroker.replication.producer_state import NO_PRODUCER_ID, ProducerState
@@ -279,7 +279,8 @@ class Partition:
     def append_as_leader(self, records: bytes, now_ms: int) -> tuple[int, int, Decision | None]:
         """Produce path (P4): check an idempotent batch against the producer
         state (from its header: no per-record work), validate, stamp with our
-        epoch, append, tell the core the new LEO. Returns (first offset, last
+        epoch (and, for message.timestamp.type=LogAppendTime, with `now_ms` as
+        each batch's time), append, tell the core the new LEO. Returns (first offset, last
         offset, decision); a duplicate batch (P-DUP) returns its original
         offsets and no decision, appending nothing. Raises KafkaError
         (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, OUT_OF_ORDER_SEQUENCE_NUMBER,
@@ -299,6 +300,8 @@ class Partition:
                     raise KafkaError(check.error, check.message)
                 if check.kind == "duplicate":
                     return check.base_offset, check.last_offset, None
+        if self.log.config.log_append_time:
+            records = with_log_append_time(records, now_ms)
         res = self.log.append_as_leader(records, core.leader_epoch, now_ms=now_ms)
         next_offset = res.last_offset + 1
         if h is not None:

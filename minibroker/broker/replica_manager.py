@@ -372,9 +372,14 @@ class ReplicaManager:
             self._stop_replica(part, now_ms, f"topic {part.topic} deleted", delete=True)
 
     def on_configs_changed(self, now_ms: int) -> None:
-        """Triggered when metadata changed a topic's or a broker's dynamic configs: every
-        leader here takes its topic's effective min.insync.replicas at once."""
+        """Triggered when metadata changed a topic's or a broker's dynamic configs: every log here
+        takes its topic's log configs (as Kafka's TopicConfigHandler: retention, segment size and age,
+        max.message.bytes, compression.type, message.timestamp.type... apply from their next use), and
+        every leader its topic's effective min.insync.replicas at once."""
         for part in self._partitions.values():
+            cfg = self._log_config(part.topic)
+            if cfg != part.log.config:
+                part.log.update_config(cfg)
             core = part.core
             if core is not None:
                 self._apply(part, core.on_min_isr_changed(self._min_isr(part.topic), now_ms), now_ms)
@@ -945,6 +950,8 @@ class ReplicaManager:
             return _LocalAppend(_produce_entry(p["partition"], exc.code, exc.message))
         entry = _produce_entry(p["partition"], ErrorCode.NONE)
         entry["base_offset"], entry["log_start_offset"] = first, part.log_start_offset
+        if d is not None and part.log.config.log_append_time:
+            entry["log_append_time_ms"] = now      # the batch's time (a duplicate's is not kept: -1)
         if d is not None:                 # None: a duplicate idempotent batch, nothing appended
             if self.purgatory.watching(key):
                 self.purgatory.on_append(key, len(records))

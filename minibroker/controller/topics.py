@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterator, Mapping
 
 from minibroker.codec import TOPIC_COMPRESSION_TYPES
-from minibroker.config import TOPIC_CONFIGS
+from minibroker.config import TIMESTAMP_TYPES, TOPIC_CONFIGS
 from minibroker.metadata import PartitionRecord, RemoveTopicRecord, TopicRecord
 
 MAX_NAME_LENGTH = 249
@@ -37,9 +37,11 @@ CONFIG_TYPES: dict[str, tuple[str, int | None]] = {
     "file.delete.delay.ms": ("long", 0),
     "compression.type": ("string", None),
     "cleanup.policy": ("list", None),
+    "message.timestamp.type": ("string", None),
 }
 # String topic configs with a closed set of values, in Kafka's order (its ConfigDef.ValidString message).
-CONFIG_CHOICES: dict[str, tuple[str, ...]] = {"compression.type": tuple(TOPIC_COMPRESSION_TYPES)}
+CONFIG_CHOICES: dict[str, tuple[str, ...]] = {"compression.type": tuple(TOPIC_COMPRESSION_TYPES),
+                                              "message.timestamp.type": TIMESTAMP_TYPES}
 
 
 def topic_name_error(name: str) -> str | None:

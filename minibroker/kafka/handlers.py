@@ -802,7 +802,8 @@ def _produce_partition(index: int, answer: dict | None, refused: str | None) -> 
                 "log_append_time_ms": -1, "log_start_offset": -1, "record_errors": [],
                 "error_message": refused}
     return {"index": index, "error_code": answer["error"], "base_offset": answer["base_offset"],
-            "log_append_time_ms": -1, "log_start_offset": answer["log_start_offset"], "record_errors": [],
+            "log_append_time_ms": answer.get("log_append_time_ms", -1), "log_start_offset": answer["log_start_offset"],
+            "record_errors": [],
             "error_message": answer.get("message") or None}
 
 

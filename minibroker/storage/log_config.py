@@ -12,6 +12,7 @@ from typing import Any
 from collections.abc import Mapping
 
 from minibroker import codec
+from minibroker.config import TIMESTAMP_TYPES
 from minibroker.errors import ErrorCode, KafkaError
 
 LONG_MAX = 2**63 - 1
@@ -30,6 +31,9 @@ class LogConfig:
     max_message_bytes: int = 1048588             # max.message.bytes / message.max.bytes
     file_delete_delay_ms: int = 60000            # file.delete.delay.ms / log.segment.delete.delay.ms
     compression_type: str = "producer"           # compression.type: a key of codec.TOPIC_COMPRESSION_TYPES
+    # message.timestamp.type / log.message.timestamp.type: one of TIMESTAMP_TYPES. LogAppendTime: the
+    # leader stamps each batch with its clock (records.with_log_append_time).
+    message_timestamp_type: str = "CreateTime"
     # minibroker's own switch: fsync the log before an acks=all response is sent.
     flush_on_acks_all: bool = False              # minibroker.flush.on.acks.all
 
@@ -47,6 +51,8 @@ class LogConfig:
             (self.file_delete_delay_ms >= 0, "file.delete.delay.ms must be >= 0"),
             (self.compression_type in codec.TOPIC_COMPRESSION_TYPES,
              f"compression.type must be one of {', '.join(codec.TOPIC_COMPRESSION_TYPES)}"),
+            (self.message_timestamp_type in TIMESTAMP_TYPES,
+             f"message.timestamp.type must be one of {', '.join(TIMESTAMP_TYPES)}"),
         ]
         for ok, msg in checks:
             if not ok:
@@ -69,6 +75,11 @@ class LogConfig:
         """The codec the leader stores batches in, or None to keep the producer's."""
         return codec.TOPIC_COMPRESSION_TYPES[self.compression_type]
 
+    @property
+    def log_append_time(self) -> bool:
+        """Whether the leader gives every batch its own clock's time (message.timestamp.type=LogAppendTime)."""
+        return self.message_timestamp_type == "LogAppendTime"
+
     def to_properties(self) -> dict[str, str]:
         out = {}
         for prop, attr in PROPERTY_NAMES.items():
@@ -89,6 +100,7 @@ _TOPIC_NAMES = {
     "max.message.bytes": "max_message_bytes",
     "file.delete.delay.ms": "file_delete_delay_ms",
     "compression.type": "compression_type",
+    "message.timestamp.type": "message_timestamp_type",
     "minibroker.flush.on.acks.all": "flush_on_acks_all",
 }
 PROPERTY_NAMES: dict[str, str] = {
@@ -102,6 +114,7 @@ PROPERTY_NAMES: dict[str, str] = {
     "log.flush.interval.ms": "flush_ms",
     "message.max.bytes": "max_message_bytes",
     "log.segment.delete.delay.ms": "file_delete_delay_ms",
+    "log.message.timestamp.type": "message_timestamp_type",
 }
 _BOOL_ATTRS = {f.name for f in fields(LogConfig) if f.type in ("bool", bool)}
 _STR_ATTRS = {f.name for f in fields(LogConfig) if f.type in ("str", str)}

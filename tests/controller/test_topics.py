@@ -22,6 +22,8 @@ def test_accepted_topic_configs_with_their_types():
     for value in ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"):
         assert topic_config_error({"compression.type": value}) is None
     assert topic_config_error({"cleanup.policy": "delete"}) is None          # Kafka's default, often set explicitly
+    for value in ("CreateTime", "LogAppendTime"):
+        assert topic_config_error({"message.timestamp.type": value}) is None
 
 
 @pytest.mark.parametrize("policy", ["compact", "compact,delete", "delete,compact", ""])
@@ -35,6 +37,9 @@ def test_compression_type_names_kafkas_choices_when_refused():
     assert topic_config_error({"compression.type": "LZ4"}) == (
         "Invalid value LZ4 for configuration compression.type: String must be one of: "
         "uncompressed, zstd, lz4, snappy, gzip, producer")
+    assert topic_config_error({"message.timestamp.type": "logappendtime"}) == (
+        "Invalid value logappendtime for configuration message.timestamp.type: String must be one of: "
+        "CreateTime, LogAppendTime")
 
 
 @pytest.mark.parametrize("configs", [

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import warnings
 
 import pytest
@@ -244,3 +245,28 @@ def test_the_legacy_alter_configs_replaces_a_topics_overrides(shared_cluster):
         admin.alter_configs([bad])[bad].result(timeout=30)
     assert ei.value.args[0].code() == KafkaError.INVALID_CONFIG
     assert overrides() == {"compression.type": "zstd"}
+
+
+def test_a_log_append_time_topic_gives_librdkafka_the_leaders_time(shared_cluster):
+    """message.timestamp.type=LogAppendTime (librdkafka's 0052 creates such a topic with Kafka's CLI): the
+    delivery report and the consumed message both carry TIMESTAMP_LOG_APPEND_TIME and the leader's time,
+    whatever CreateTime the producer gave."""
+    c = shared_cluster
+    create_topic(c, "cf-append-time", partitions=1, configs={"message.timestamp.type": "LogAppendTime"})
+    reports: list = []
+    before = int(time.time() * 1000)
+    p = Producer({"bootstrap.servers": c.kafka_bootstrap, "acks": "all"})
+    p.produce("cf-append-time", value=b"v", partition=0, timestamp=1234,
+              on_delivery=lambda err, msg: reports.append((err, msg.timestamp())))
+    assert p.flush(60) == 0
+    after = int(time.time() * 1000)
+    [(err, (kind, ts))] = reports
+    assert err is None and kind == confluent_kafka.TIMESTAMP_LOG_APPEND_TIME and before <= ts <= after
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": c.kafka_bootstrap, "group.id": "cf-append-time-g",
+                                         "auto.offset.reset": "earliest"})
+    try:
+        consumer.assign([TopicPartition("cf-append-time", 0, 0)])
+        msg = until_sync(lambda: consumer.poll(1.0), what="the record", timeout_s=30)
+        assert msg.error() is None and msg.timestamp() == (confluent_kafka.TIMESTAMP_LOG_APPEND_TIME, ts)
+    finally:
+        consumer.close()

@@ -111,10 +111,11 @@ done:
  *        cls, topic, partition, leader_epoch, out) -> appended
  *
  * The consumer's decoder: appends one `cls(topic, partition, offset, timestamp, key, value, headers,
- * leader_epoch)` per record at or above `min_offset` and below `stop_offset` (when >= 0) to the list
+ * leader_epoch, timestamp_type)` per record at or above `min_offset` and below `stop_offset` (when >= 0) to the list
  * `out`, building each as a tuple subclass instance directly (no per-record Python call). `cls` must
  * be a tuple subclass without a __dict__ (a NamedTuple). Timestamps are first_timestamp + delta, or
- * `append_time` for every record when it is not None (a LOG_APPEND_TIME batch). Headers are a tuple
+ * `append_time` for every record when it is not None (a LOG_APPEND_TIME batch), and timestamp_type
+ * is Kafka's TimestampType id (0 CreateTime, 1 LogAppendTime). `cls` has those 9 fields. Headers are a tuple
  * of (str key, bytes or None value). Raises ValueError unless the section holds exactly
  * record_count well-framed records with no byte left over; nothing is appended then.
  * `topic` must be a str: every record, and each header tuple, holds only atoms and is untracked
@@ -137,6 +138,7 @@ static PyObject *decode(PyObject *self, PyObject *args)
                           &PyList_Type, &out))
         return NULL;
     PyObject *result = NULL, *py_partition = NULL, *py_epoch = NULL, *py_append = NULL, *empty = NULL;
+    PyObject *py_ts_type = NULL;
     const Py_ssize_t start_len = PyList_GET_SIZE(out);
     if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &PyTuple_Type)
             || ((PyTypeObject *)cls)->tp_dictoffset != 0) {
@@ -159,6 +161,8 @@ static PyObject *decode(PyObject *self, PyObject *args)
         py_append = append_time;
         Py_INCREF(py_append);
     }
+    if (!(py_ts_type = PyLong_FromLong(py_append ? 1 : 0)))
+        goto fail;
     for (long long i = 0; i < count; i++) {
         if (read_varlong(buf, size, &pos, &length) < 0)
             FAILD("record %lld of %lld: the records section ends after %zd bytes", i, count, size);
@@ -226,7 +230,7 @@ static PyObject *decode(PyObject *self, PyObject *args)
             }
             PyObject_GC_UnTrack(headers);
         }
-        PyObject *rec = type->tp_alloc(type, 8);
+        PyObject *rec = type->tp_alloc(type, 9);
         if (!rec) {
             Py_DECREF(headers);
             goto fail;
@@ -244,6 +248,8 @@ static PyObject *decode(PyObject *self, PyObject *args)
         PyTuple_SET_ITEM(rec, 6, headers);
         Py_INCREF(py_epoch);
         PyTuple_SET_ITEM(rec, 7, py_epoch);
+        Py_INCREF(py_ts_type);
+        PyTuple_SET_ITEM(rec, 8, py_ts_type);
         for (int f = 2; f < 6; f++) {
             if (PyTuple_GET_ITEM(rec, f) == NULL) {
                 Py_DECREF(rec);
@@ -270,6 +276,7 @@ done:
     Py_XDECREF(py_partition);
     Py_XDECREF(py_epoch);
     Py_XDECREF(py_append);
+    Py_XDECREF(py_ts_type);
     Py_XDECREF(empty);
     PyBuffer_Release(&view);
     return result;

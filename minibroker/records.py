@@ -343,9 +343,9 @@ _PLAIN_BATCH = ~(TIMESTAMP_TYPE_LOG_APPEND) & 0xFFFF   # attribute bits the C de
 def decode_into(out: list[Any], buf: bytes | bytearray | memoryview, topic: str, partition: int,
                 record_type: type, *, min_offset: int = 0, stop_offset: int = -1) -> int | None:
     """The consumer's decoder: append `record_type(topic, partition, offset, timestamp, key, value,
-    headers, leader_epoch)` (a NamedTuple) to `out` for every record of the concatenated batches in
-    `buf` at or above `min_offset` and below `stop_offset` (when >= 0). Returns the offset after the
-    last record appended, None if none. Verifies CRCs as `iter_records` does (KafkaError
+    headers, leader_epoch, timestamp_type)` (a NamedTuple of those 9 fields) to `out` for every record
+    of the concatenated batches in `buf` at or above `min_offset` and below `stop_offset` (when >= 0).
+    Returns the offset after the last record appended, None if none. Verifies CRCs as `iter_records` does (KafkaError
     CORRUPT_MESSAGE); uncompressed batches are decoded in C without a Python call per record."""
     mv = memoryview(buf)
     last = None
@@ -370,7 +370,8 @@ def decode_into(out: list[Any], buf: bytes | bytearray | memoryview, topic: str,
             if 0 <= stop_offset <= r.offset:
                 break
             out.append(record_type(topic, partition, r.offset, r.timestamp, r.key, r.value,
-                                   r.headers, h.leader_epoch))                       # type: ignore[union-attr]
+                                   r.headers, h.leader_epoch,                        # type: ignore[union-attr]
+                                   0 if append_time is None else 1))
             last = r.offset
     return None if last is None else last + 1
 

@@ -29,7 +29,8 @@ def _reference(buf: bytes, min_offset: int, stop: int) -> list[ConsumerRecord]:
         for r in iter_records(buf[h.position:h.position + h.size], min_offset=min_offset, with_headers=True):
             if 0 <= stop <= r.offset:
                 return out
-            out.append(ConsumerRecord("t", 3, r.offset, r.timestamp, r.key, r.value, r.headers, h.leader_epoch))
+            out.append(ConsumerRecord("t", 3, r.offset, r.timestamp, r.key, r.value, r.headers, h.leader_epoch,
+                                      1 if h.attributes & records.TIMESTAMP_TYPE_LOG_APPEND else 0))
     return out
 
 
@@ -57,7 +58,17 @@ def test_log_append_time_batches_give_every_record_the_max_timestamp() -> None:
     struct.pack_into(">I", buf, records.CRC_POS, records.crc32c(memoryview(buf)[records.CRC_START:]))
     got: list[ConsumerRecord] = []
     decode_into(got, bytes(buf), "t", 0, ConsumerRecord)
-    assert [r.timestamp for r in got] == [99, 99]
+    assert [(r.timestamp, r.timestamp_type) for r in got] == [(99, 1), (99, 1)]
+
+
+@pytest.mark.parametrize("compression", [codec.NONE, codec.GZIP])     # the C walk, and aiokafka's for a codec
+def test_both_decoders_say_which_timestamp_a_record_carries(compression: int) -> None:
+    created = stamp(build_batch([b"a"], timestamp_ms=7, compression=compression), 0, 0)
+    appended = stamp(records.with_log_append_time(build_batch([b"b"], timestamp_ms=7, compression=compression), 99),
+                     1, 0)
+    got: list[ConsumerRecord] = []
+    decode_into(got, created + appended, "t", 0, ConsumerRecord)
+    assert [(r.offset, r.timestamp, r.timestamp_type) for r in got] == [(0, 7, 0), (1, 99, 1)]
 
 
 @pytest.mark.parametrize("cut", [1, 5, 20])

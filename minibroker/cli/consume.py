@@ -36,7 +36,7 @@ class RecordFormat:
         on = self.on
         parts: list[bytes] = []
         if on["print.timestamp"]:
-            parts.append(b"CreateTime:%d" % rec.timestamp)
+            parts.append((b"LogAppendTime:%d" if rec.timestamp_type else b"CreateTime:%d") % rec.timestamp)
         if on["print.partition"]:
             parts.append(b"Partition:%d" % rec.partition)
         if on["print.offset"]:

@@ -37,7 +37,8 @@ class RecordMetadata:
 class ConsumerRecord(NamedTuple):
     """One record as poll() returns it (Kafka's ConsumerRecord). A NamedTuple so the
     consumer's C decoder (minibroker.records.decode_into) builds it without a Python call;
-    `leader_epoch` is the epoch stamped on its batch."""
+    `leader_epoch` is the epoch stamped on its batch; `timestamp_type` Kafka's TimestampType id:
+    0 CreateTime (the producer's), 1 LogAppendTime (the leader's, message.timestamp.type)."""
     topic: str
     partition: int
     offset: int
@@ -46,6 +47,7 @@ class ConsumerRecord(NamedTuple):
     value: bytes | None
     headers: tuple = ()
     leader_epoch: int = -1
+    timestamp_type: int = 0
 
 
 @dataclass(frozen=True)

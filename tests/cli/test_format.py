@@ -90,6 +90,8 @@ def test_consumer_print_properties_follow_kafkas_default_formatter_order():
     props = {"print.timestamp": "true", "print.partition": "true", "print.offset": "true",
              "print.headers": "true", "print.key": "true"}
     assert format_record(REC, props) == b"CreateTime:1700000000000\tPartition:1\tOffset:42\th:x\tk\tv\n"
+    appended = REC._replace(timestamp_type=1)                     # a LogAppendTime topic's record, as Kafka prints it
+    assert format_record(appended, {"print.timestamp": "true"}) == b"LogAppendTime:1700000000000\tv\n"
 
 
 def test_consumer_prints_null_for_missing_key():

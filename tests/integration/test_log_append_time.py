@@ -40,15 +40,15 @@ async def send(bootstrap: str, topic: str, values: list[bytes], **cfg: str) -> l
         return [await f for f in futs]
 
 
-async def timestamps(bootstrap: str, topic: str, n: int) -> dict[int, int]:
-    """offset -> timestamp of the first n records of partition 0."""
-    got: dict[int, int] = {}
+async def timestamps(bootstrap: str, topic: str, n: int) -> dict[int, tuple[int, int]]:
+    """offset -> (timestamp, timestamp type) of the first n records of partition 0."""
+    got: dict[int, tuple[int, int]] = {}
     async with Consumer(bootstrap, {"auto.offset.reset": "earliest"}) as con:
         con.assign([TopicPartition(topic, 0)])
 
         async def everything():
             for r in await con.poll(timeout_ms=200):
-                got[r.offset] = r.timestamp
+                got[r.offset] = (r.timestamp, r.timestamp_type)
             return len(got) >= n
         await wait_for(everything, timeout_s=30, interval_s=0, what=f"{n} records of {topic}")
     return got
@@ -73,7 +73,7 @@ async def test_a_log_append_time_topic_stamps_each_batch_with_the_leaders_time(c
     stamped = {m.timestamp for m in metas}
     assert len(stamped) == 1 and before <= stamped.pop() <= after          # the produce answer's log_append_time
     got = await timestamps(cluster.bootstrap, "lat", 3)
-    assert sorted(got.values()) == [metas[0].timestamp] * 3                  # every record reads as it
+    assert sorted(got.values()) == [(metas[0].timestamp, 1)] * 3             # every record reads as it, LogAppendTime
     (batch,) = await replicas_alike(cluster, "lat", 3)
     h = parse_header(batch[3])
     assert h.attributes & TIMESTAMP_TYPE_LOG_APPEND and h.max_timestamp == metas[0].timestamp
@@ -101,4 +101,4 @@ async def test_altered_topic_configs_reach_the_existing_logs_without_a_restart(c
     last = parse_header((await replicas_alike(cluster, "lat-altered", sent))[-1][3])
     assert last.attributes & TIMESTAMP_TYPE_LOG_APPEND and last.attributes & 7 == 3      # lz4, as altered
     got = await timestamps(cluster.bootstrap, "lat-altered", sent)
-    assert got[0] == OLD and got[sent - 1] > OLD                             # stored batches keep their time
+    assert got[0] == (OLD, 0) and got[sent - 1][0] > OLD and got[sent - 1][1] == 1   # stored batches keep theirs

@@ -17,7 +17,7 @@ Must not know: the metadata image, sockets, the controller.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,12 +40,18 @@ class ResourceType(enum.IntEnum):
     BROKER = 4
 
 
-# Broker configs an alter may change at runtime, and how each is checked.
-# Both take effect at once: min.insync.replicas on every leader of a topic
-# without its own override, unclean.leader.election.enable at the controller.
+# The broker-wide defaults of the topic configs (log.retention.ms for retention.ms, ...), by broker name:
+# dynamic, as Kafka's DynamicLogConfig, and checked as the topic config they stand for.
+LOG_CONFIG_SYNONYMS: dict[str, str] = {broker: topic for topic, broker in TOPIC_CONFIGS.items()
+                                       if broker not in ("min.insync.replicas", "unclean.leader.election.enable")}
+# Broker configs an alter may change at runtime, and how each is checked ("log": as its topic config).
+# All take effect at once: min.insync.replicas on every leader of a topic without its own override,
+# unclean.leader.election.enable at the controller, the log configs on every log of a topic without
+# its own override (from their next use: the next append, roll, retention pass).
 DYNAMIC_BROKER_CONFIGS: dict[str, str] = {
     "min.insync.replicas": "int>=1",
     "unclean.leader.election.enable": "bool",
+    **dict.fromkeys(sorted(LOG_CONFIG_SYNONYMS), "log"),
 }
 
 
@@ -117,16 +123,28 @@ def default_entries(default_dynamic: Mapping[str, str]) -> list[ConfigEntry]:
     return [_entry(k, [(ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, k, v)]) for k, v in sorted(default_dynamic.items())]
 
 
-def broker_config_error(configs: Mapping[str, str]) -> str | None:
-    """Why these dynamic broker configs cannot be set, or None."""
+def broker_config_error(configs: Mapping[str, str | None],
+                        log_value_error: Callable[[Mapping[str, str]], str | None] | None = None) -> str | None:
+    """Why these dynamic broker configs cannot be set, or None. A None value (a DELETE) is checked for
+    its name only. A log config's value is checked by `log_value_error` (the topic config check) as the
+    topic config it stands for, and its message names the broker config."""
     fixed = sorted(k for k in configs if k not in DYNAMIC_BROKER_CONFIGS)
     if fixed:
         return (f"Cannot update these configs dynamically: {', '.join(fixed)} "
                 f"(dynamic here: {', '.join(sorted(DYNAMIC_BROKER_CONFIGS))})")
     for k, v in configs.items():
-        if DYNAMIC_BROKER_CONFIGS[k] == "bool" and v.strip().lower() not in ("true", "false"):
+        if v is None:
+            continue
+        kind = DYNAMIC_BROKER_CONFIGS[k]
+        if kind == "log":
+            topic_key = LOG_CONFIG_SYNONYMS[k]
+            err = log_value_error({topic_key: v}) if log_value_error is not None else None
+            if err is not None:
+                return err.replace(f"configuration {topic_key}:", f"configuration {k}:", 1)
+            continue
+        if kind == "bool" and v.strip().lower() not in ("true", "false"):
             return f"Invalid value {v} for configuration {k}: Expected value to be either true or false"
-        if DYNAMIC_BROKER_CONFIGS[k] == "int>=1":
+        if kind == "int>=1":
             try:
                 n = int(v.strip())
             except ValueError:

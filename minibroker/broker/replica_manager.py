@@ -38,7 +38,7 @@ from minibroker.errors import ErrorCode, KafkaError
 from minibroker.events import Event, EventSink
 from minibroker.limits import clamp_batch_size, fetch_records_budget
 from minibroker.records import is_compressed, needs_recompression, recompress
-from minibroker.metadata import NO_LEADER, BrokerRecord, PartitionRecord
+from minibroker.metadata import CLUSTER_DEFAULT, NO_LEADER, BrokerRecord, PartitionRecord
 from minibroker.net.reply import Reply
 from minibroker.net.server import RequestContext
 from minibroker.protocol.api import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
@@ -375,7 +375,16 @@ class ReplicaManager:
         """Triggered when metadata changed a topic's or a broker's dynamic configs: every log here
         takes its topic's log configs (as Kafka's TopicConfigHandler: retention, segment size and age,
         max.message.bytes, compression.type, message.timestamp.type... apply from their next use), and
-        every leader its topic's effective min.insync.replicas at once."""
+        every leader its topic's effective min.insync.replicas at once. The broker-wide log configs
+        come from the properties under the dynamic broker configs (`_broker_log_config`)."""
+        try:
+            base = self._broker_log_config()
+        except ConfigError as exc:
+            log.warning("dynamic broker log configs not applied: %s", exc)
+            base = self._base_log_config
+        if base != self._base_log_config:
+            self._base_log_config = base
+            self._log_configs.clear()
         for part in self._partitions.values():
             cfg = self._log_config(part.topic)
             if cfg != part.log.config:
@@ -512,8 +521,13 @@ class ReplicaManager:
             return 1
 
     def _broker_log_config(self) -> LogConfig:
-        props = {k: self.config.get(k) for k in PROPERTY_NAMES
-                 if k.startswith(("log.", "message.", "compression.")) and k in self.config.as_dict()}
+        """The broker-wide LogConfig: the log properties under the dynamic broker configs the metadata
+        holds, the cluster default's then this broker's (Kafka's DynamicLogConfig). Raises ConfigError."""
+        dynamic = self.image.broker_configs
+        overrides = {**dynamic.get(CLUSTER_DEFAULT, {}), **dynamic.get(self.node_id, {})}
+        config = self.config.with_overrides(overrides) if overrides else self.config
+        props = {k: config.get(k) for k in PROPERTY_NAMES
+                 if k.startswith(("log.", "message.", "compression.")) and k in config.as_dict()}
         try:
             return clamp_batch_size(LogConfig.from_properties(props), self.max_frame_bytes)
         except KafkaError as exc:

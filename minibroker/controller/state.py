@@ -822,8 +822,8 @@ class ControllerState:
                 return ErrorCode.INVALID_REQUEST, f"broker resource name {name!r}: expected a broker id or \"\""
             old = self.broker_configs.get(bid, {})
             new = _applied(old, ops)
-            err = broker_config_error({op["name"]: op.get("value") or "" for op in ops if op["op"] == 0}) or \
-                broker_config_error({op["name"]: "1" for op in ops if op["op"] == 1})
+            err = broker_config_error({op["name"]: op.get("value") or "" if op["op"] == 0 else None for op in ops},
+                                      topic_config_error)
             if err is not None:
                 return ErrorCode.INVALID_CONFIG if "Invalid value" in err else ErrorCode.INVALID_REQUEST, err
             if not validate_only and new != old:

@@ -42,6 +42,23 @@ def test_a_cluster_default_broker_config_applies_to_topics_without_their_own():
     assert h.state.effective_min_isr("t", 3) == 3 and h.state.effective_min_isr("own", 3) == 1
 
 
+def test_the_broker_defaults_of_topic_configs_are_dynamic_and_checked_as_their_topic_configs():
+    """Kafka's DynamicLogConfig: log.retention.ms, compression.type, log.message.timestamp.type, ... may be
+    set for the cluster (--entity-default) or one broker, and deleted again; a bad value is refused naming
+    the broker config."""
+    h = Harness()
+    h.start(1, 2, 3)
+    sets = {"log.retention.ms": "60000", "compression.type": "zstd", "log.message.timestamp.type": "LogAppendTime"}
+    out = alter(h, ResourceType.BROKER, "", sets)
+    assert out.response["results"][0]["error"] == 0
+    assert [rec for _, rec in out.records] == [BrokerConfigRecord(CLUSTER_DEFAULT, sets)]
+    out = alter(h, ResourceType.BROKER, "", {"log.retention.ms": "-2"})
+    assert out.response["results"][0]["message"] == \
+        "Invalid value -2 for configuration log.retention.ms: Value must be at least -1"
+    out = alter(h, ResourceType.BROKER, "", deletes=["compression.type", "log.message.timestamp.type"])
+    assert [rec for _, rec in out.records] == [BrokerConfigRecord(CLUSTER_DEFAULT, {"log.retention.ms": "60000"})]
+
+
 def test_bad_config_alterations_are_refused_and_write_nothing():
     h = Harness()
     h.start(1)
@@ -53,6 +70,9 @@ def test_bad_config_alterations_are_refused_and_write_nothing():
         (ResourceType.BROKER, "1", {"broker.rack": "x"}, ErrorCode.INVALID_REQUEST),
         (ResourceType.BROKER, "1", {"min.insync.replicas": "0"}, ErrorCode.INVALID_CONFIG),
         (ResourceType.BROKER, "one", {"min.insync.replicas": "2"}, ErrorCode.INVALID_REQUEST),
+        (ResourceType.BROKER, "", {"log.retention.ms": "-2"}, ErrorCode.INVALID_CONFIG),
+        (ResourceType.BROKER, "", {"compression.type": "brotli"}, ErrorCode.INVALID_CONFIG),
+        (ResourceType.BROKER, "", {"log.retention.check.interval.ms": "1000"}, ErrorCode.INVALID_REQUEST),
     ]
     for rtype, name, sets, code in cases:
         out = alter(h, rtype, name, sets)

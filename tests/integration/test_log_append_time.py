@@ -3,7 +3,8 @@
 A LogAppendTime topic: the leader gives each batch its own clock's time (Kafka's LogValidator), the
 produce answer carries it, every record reads as it, ListOffsets by time finds it, and the followers
 store the leader's bytes. A topic altered from CreateTime to LogAppendTime (or its compression.type
-changed) takes the new value on its existing logs without a restart, as Kafka's TopicConfigHandler."""
+changed) takes the new value on its existing logs without a restart, as Kafka's TopicConfigHandler, and so
+does a topic without its own value when the cluster-wide default changes (Kafka's DynamicLogConfig)."""
 import asyncio
 import os
 import time
@@ -28,6 +29,9 @@ def cluster(shared_cluster):
             await admin.create_topic("lat", assignments=[[1, 2, 3]],
                                      configs={"min.insync.replicas": "2", "message.timestamp.type": "LogAppendTime"})
             await admin.create_topic("lat-altered", assignments=[[2, 3, 1]], configs={"min.insync.replicas": "2"})
+            await admin.create_topic("lat-default", assignments=[[3, 1, 2]], configs={"min.insync.replicas": "2"})
+            await admin.create_topic("lat-own", assignments=[[3, 1, 2]],
+                                     configs={"min.insync.replicas": "2", "message.timestamp.type": "CreateTime"})
     asyncio.run(setup())
     return shared_cluster
 
@@ -102,3 +106,21 @@ async def test_altered_topic_configs_reach_the_existing_logs_without_a_restart(c
     assert last.attributes & TIMESTAMP_TYPE_LOG_APPEND and last.attributes & 7 == 3      # lz4, as altered
     got = await timestamps(cluster.bootstrap, "lat-altered", sent)
     assert got[0] == (OLD, 0) and got[sent - 1][0] > OLD and got[sent - 1][1] == 1   # stored batches keep theirs
+
+
+async def test_a_dynamic_cluster_default_reaches_the_logs_of_topics_without_their_own_value(cluster):
+    async with Admin(cluster.bootstrap) as admin:
+        default = (ResourceType.BROKER, "")                                 # kafka-configs --entity-default
+        await admin.incremental_alter_configs(default, {"log.message.timestamp.type": "LogAppendTime"})
+        try:
+            async def default_applied():
+                return (await send(cluster.bootstrap, "lat-default", [b"x"]))[0].timestamp != OLD
+            await wait_for(default_applied, timeout_s=30, what="the cluster default to reach the leader of lat-default")
+            own = await send(cluster.bootstrap, "lat-own", [b"y"])
+            assert own[0].timestamp == OLD                                   # its own CreateTime wins
+        finally:
+            await admin.incremental_alter_configs(default, {}, ["log.message.timestamp.type"])
+
+        async def default_gone():
+            return (await send(cluster.bootstrap, "lat-default", [b"z"]))[0].timestamp == OLD
+        await wait_for(default_gone, timeout_s=30, what="the deleted default to leave lat-default")

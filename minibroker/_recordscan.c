@@ -111,12 +111,12 @@ done:
  *        cls, topic, partition, leader_epoch, out) -> appended
  *
  * The consumer's decoder: appends one `cls(topic, partition, offset, timestamp, key, value, headers,
- * leader_epoch, timestamp_type)` per record at or above `min_offset` and below `stop_offset` (when >= 0) to the list
- * `out`, building each as a tuple subclass instance directly (no per-record Python call). `cls` must
- * be a tuple subclass without a __dict__ (a NamedTuple). Timestamps are first_timestamp + delta, or
- * `append_time` for every record when it is not None (a LOG_APPEND_TIME batch), and timestamp_type
- * is Kafka's TimestampType id (0 CreateTime, 1 LogAppendTime). `cls` has those 9 fields. Headers are a tuple
- * of (str key, bytes or None value). Raises ValueError unless the section holds exactly
+ * leader_epoch, timestamp_type)` per record at or above `min_offset` and below `stop_offset` (when
+ * >= 0) to the list `out`, building each as a tuple subclass instance directly (no per-record Python
+ * call). `cls` must be a tuple subclass without a __dict__ (a NamedTuple) of those 9 fields.
+ * Timestamps are first_timestamp + delta, or `append_time` for every record when it is not None (a
+ * LOG_APPEND_TIME batch); timestamp_type is Kafka's TimestampType id (0 CreateTime, 1 LogAppendTime).
+ * Headers are a tuple of (str key, bytes or None value). Raises ValueError unless the section holds exactly
  * record_count well-framed records with no byte left over; nothing is appended then.
  * `topic` must be a str: every record, and each header tuple, holds only atoms and is untracked
  * by the cyclic GC as it is made, so the collector never walks the records a consumer buffers.

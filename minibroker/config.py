@@ -98,10 +98,10 @@ DEFAULTS: dict[str, str] = {
     "eligible.leader.replicas.enable": "false",
 }
 
-# Topic-level configs and the broker default each one falls back to.
 # message.timestamp.type's values, in Kafka's order (its ConfigDef.ValidString).
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 
+# Topic-level configs and the broker default each one falls back to.
 TOPIC_CONFIGS: dict[str, str] = {
     "min.insync.replicas": "min.insync.replicas",
     "unclean.leader.election.enable": "unclean.leader.election.enable",

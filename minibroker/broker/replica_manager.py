@@ -964,9 +964,9 @@ class ReplicaManager:
             return _LocalAppend(_produce_entry(p["partition"], exc.code, exc.message))
         entry = _produce_entry(p["partition"], ErrorCode.NONE)
         entry["base_offset"], entry["log_start_offset"] = first, part.log_start_offset
-        if d is not None and part.log.config.log_append_time:
-            entry["log_append_time_ms"] = now      # the batch's time (a duplicate's is not kept: -1)
-        if d is not None:                 # None: a duplicate idempotent batch, nothing appended
+        if d is not None:                 # None: a duplicate idempotent batch, nothing appended (its time: -1)
+            if part.log.config.log_append_time:
+                entry["log_append_time_ms"] = now        # the time the partition gave the batch
             if self.purgatory.watching(key):
                 self.purgatory.on_append(key, len(records))
             else:

@@ -54,6 +54,7 @@ from typing import Any
 from crc32c import crc32c
 
 from minibroker.broker.eventlog import EventLog
+from minibroker.clock import wall_ms
 from minibroker.broker.fetch_session import next_epoch
 from minibroker.broker.metadata_image import MetadataImage
 from minibroker.broker.replica_manager import ReplicaManager
@@ -245,7 +246,7 @@ async def _run(records: int, wire: bool, profile: cProfile.Profile | None) -> tu
         peers = _wire_peers(leader, image) if wire else _Peers(_FakeConnection(leader))
         rm = ReplicaManager(node_id=FOLLOWER, config=config, log_manager=lm, image=image,
                             alter_partition=_NoController(), peers=peers, events=events,
-                            broker_epoch=lambda: BROKER_EPOCHS[FOLLOWER], clock=lambda: int(time.monotonic() * 1000))
+                            broker_epoch=lambda: BROKER_EPOCHS[FOLLOWER], clock=wall_ms)
         batch = [BrokerRecord(b, BROKER_EPOCHS[b], None, (Endpoint("PLAINTEXT", "127.0.0.1", 1),), fenced=False)
                  for b in (1, 2, 3)]
         batch += [TopicRecord(TOPIC, "id", 1, {}),

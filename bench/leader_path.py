@@ -34,6 +34,7 @@ import types
 from typing import Any
 
 from minibroker.broker.eventlog import EventLog
+from minibroker.clock import wall_ms
 from minibroker.broker.fetch_session import next_epoch
 from minibroker.broker.metadata_image import MetadataImage
 from minibroker.broker.replica_manager import ReplicaManager
@@ -185,7 +186,7 @@ async def _run(records: int, server: bool, profile: cProfile.Profile | None) -> 
         lm = await asyncio.to_thread(LogManager, tmp, event_sink=events)
         rm = ReplicaManager(node_id=1, config=config, log_manager=lm, image=image, alter_partition=_NoController(),
                             peers=_NoPeers(), events=events, broker_epoch=lambda: BROKER_EPOCHS[1],
-                            clock=lambda: int(time.monotonic() * 1000))
+                            clock=wall_ms)        # as the broker's (record timestamps)
         batch = [BrokerRecord(b, BROKER_EPOCHS[b], None, (Endpoint("PLAINTEXT", "127.0.0.1", 1),), fenced=False)
                  for b in (1, 2, 3)]
         batch += [TopicRecord(TOPIC, "id", 1, {}), PartitionRecord(TOPIC, 0, (1, 2, 3), (1, 2, 3), 1, 0, 0)]

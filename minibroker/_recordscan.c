@@ -1,7 +1,7 @@
 /* minibroker._recordscan: walk the records section of one Kafka v2 batch
  * without making an object per record (the leader's payload check).
  *
- * scan(records, record_count, first_timestamp) -> max_timestamp
+ * scan(records, record_count, first_timestamp) -> (max_timestamp, min_timestamp)
  *
  * `records` is the uncompressed records section (the bytes after the 61-byte
  * header, or their decompression). Raises ValueError, with a message naming
@@ -10,7 +10,9 @@
  * 0, 1, ..., record_count - 1 and whose fields (attributes byte, timestamp
  * delta, offset delta, key, value, headers with non-null keys) fit inside
  * it, with no byte left over. Returns the largest first_timestamp +
- * timestamp_delta (first_timestamp when record_count is 0).
+ * timestamp_delta (first_timestamp when record_count is 0) and the smallest
+ * one other than -1 (Kafka's NO_TIMESTAMP; INT64_MAX when there is none),
+ * for the leader's timestamp window (message.timestamp.before/after.max.ms).
  *
  * Stateless; never allocates per record; the work is bounded by the length
  * of `records`, whatever record_count claims.
@@ -60,7 +62,7 @@ static PyObject *scan(PyObject *self, PyObject *args)
     const unsigned char *buf = (const unsigned char *)view.buf;
     const Py_ssize_t size = view.len;
     Py_ssize_t pos = 0;
-    int64_t max_ts = first_ts;
+    int64_t max_ts = first_ts, min_ts = INT64_MAX;
     int64_t v, length, ts_delta, offset_delta, n_headers;
     long long i;
     for (i = 0; i < count; i++) {
@@ -78,6 +80,8 @@ static PyObject *scan(PyObject *self, PyObject *args)
         const int64_t ts = (int64_t)((uint64_t)first_ts + (uint64_t)ts_delta);   /* wraps as Java's long */
         if (ts > max_ts)
             max_ts = ts;
+        if (ts < min_ts && ts != -1)
+            min_ts = ts;
         for (int field = 0; field < 2; field++) {           /* key, value: nullable bytes */
             if (read_varlong(buf, end, &pos, &v) < 0 || v < -1 || v > end - pos)
                 FAIL("record %lld: %s length does not fit the record", i, field ? "value" : "key");
@@ -100,7 +104,7 @@ static PyObject *scan(PyObject *self, PyObject *args)
     }
     if (pos != size)
         FAIL("%zd bytes follow the last of the %lld records", size - pos, count);
-    result = PyLong_FromLongLong(max_ts);
+    result = Py_BuildValue("(LL)", (long long)max_ts, (long long)min_ts);
 done:
     PyBuffer_Release(&view);
     return result;

@@ -64,6 +64,8 @@ DEFAULTS: dict[str, str] = {
     "message.max.bytes": "1048588",
     "compression.type": "producer",
     "log.message.timestamp.type": "CreateTime",
+    "log.message.timestamp.before.max.ms": "9223372036854775807",
+    "log.message.timestamp.after.max.ms": "3600000",        # Kafka 4.0 (KIP-1030); 3.x: unbounded
     "log.cleanup.policy": "delete",
     "replica.high.watermark.checkpoint.interval.ms": "5000",
     # replication
@@ -117,6 +119,8 @@ TOPIC_CONFIGS: dict[str, str] = {
     "compression.type": "compression.type",
     "cleanup.policy": "log.cleanup.policy",
     "message.timestamp.type": "log.message.timestamp.type",
+    "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
+    "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
 }
 
 ENV_PREFIX = "MINIBROKER_"

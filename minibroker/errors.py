@@ -40,6 +40,7 @@ class ErrorCode(enum.IntEnum):
     REBALANCE_IN_PROGRESS = 27
     INVALID_COMMIT_OFFSET_SIZE = 28
     CLUSTER_AUTHORIZATION_FAILED = 31
+    INVALID_TIMESTAMP = 32
     UNSUPPORTED_SASL_MECHANISM = 33
     ILLEGAL_SASL_STATE = 34
     UNSUPPORTED_VERSION = 35
@@ -129,12 +130,15 @@ def error_name(code: int) -> str:
 
 
 class KafkaError(Exception):
-    """An error with a Kafka code; `remote` is True when the peer reported it."""
+    """An error with a Kafka code; `remote` is True when the peer reported it. `record_errors`:
+    for a refused produce, the records at fault as Kafka's RecordErrors, (index in the batch, why)."""
 
-    def __init__(self, code: ErrorCode | int, message: str = "", *, remote: bool = False) -> None:
+    def __init__(self, code: ErrorCode | int, message: str = "", *, remote: bool = False,
+                 record_errors: tuple[tuple[int, str], ...] = ()) -> None:
         self.code = ErrorCode(code) if code in ErrorCode._value2member_map_ else code
         self.message = message
         self.remote = remote
+        self.record_errors = record_errors
         name = error_name(int(code))
         super().__init__(f"{name}: {message}" if message else name)
 

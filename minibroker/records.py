@@ -538,16 +538,19 @@ def batch_headers_py(buf: bytes | bytearray | memoryview) -> list[BatchHeader]:
 
 
 def validate_batches(buf: bytes | bytearray | memoryview, *,
-                     max_message_bytes: int | None = None) -> BatchesInfo:
+                     max_message_bytes: int | None = None,
+                     timestamp_window: tuple[int, int] | None = None) -> BatchesInfo:
     """Check a produce payload (one or more concatenated client batches).
 
     Checks framing, magic, attributes, that base offsets are 0 and record
     counts match last offset deltas (Kafka's LogValidator rules for client
     batches), sizes against `max_message_bytes`, every CRC, and that the
     records hold what each header claims (`record_check.check_records`, in
-    C). Raises KafkaError: INVALID_REQUEST for an empty payload,
+    C), and, given a `timestamp_window`, that every record's timestamp lies in
+    it. Raises KafkaError: INVALID_REQUEST for an empty payload,
     MESSAGE_TOO_LARGE for an oversize batch, INVALID_RECORD for records that
-    do not match their header, CORRUPT_MESSAGE for the rest.
+    do not match their header, INVALID_TIMESTAMP for records outside the
+    window, CORRUPT_MESSAGE for the rest.
     """
     if len(buf) == 0:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "produce payload holds no record batch")
@@ -586,7 +589,7 @@ def validate_batches(buf: bytes | bytearray | memoryview, *,
         if crc32c(mv[pos + CRC_START: pos + size]) != crc:
             raise _corrupt(f"batch at byte {pos}: CRC32C mismatch")
         budget -= check_records(mv[pos: pos + size], attrs, count, fts, mts, max_message_bytes,
-                                f"batch at byte {pos}", budget)
+                                f"batch at byte {pos}", budget, timestamp_window)
         headers.append(h)
         records += count
         offsets += lod + 1
@@ -598,13 +601,14 @@ def validate_batches(buf: bytes | bytearray | memoryview, *,
     return BatchesInfo(len(headers), records, offsets, first_ts, max_ts, end, tuple(headers))
 
 
-def single_producer_batch(buf: bytes | bytearray | memoryview,
-                          max_message_bytes: int | None = None) -> tuple[int, int, int] | None:
+def single_producer_batch(buf: bytes | bytearray | memoryview, max_message_bytes: int | None = None,
+                          timestamp_window: tuple[int, int] | None = None) -> tuple[int, int, int] | None:
     """Fast path of `validate_batches` for the common produce payload: when
     `buf` is exactly one valid client batch, return (size, last_offset_delta,
     max_timestamp); otherwise None (call `validate_batches` for the verdict).
     A batch whose header is sound but whose records are not raises
-    KafkaError(INVALID_RECORD) here, as `validate_batches` would."""
+    KafkaError(INVALID_RECORD, or INVALID_TIMESTAMP outside `timestamp_window`)
+    here, as `validate_batches` would."""
     if len(buf) < HEADER_SIZE:
         return None
     (base, length, _epoch, magic, crc, attrs, lod, fts, mts, _pid, _pep, _seq,
@@ -616,7 +620,8 @@ def single_producer_batch(buf: bytes | bytearray | memoryview,
             or attrs & codec.CODEC_MASK > MAX_CODEC
             or crc32c(memoryview(buf)[CRC_START:]) != crc):
         return None
-    check_records(memoryview(buf), attrs, count, fts, mts, max_message_bytes, "batch at byte 0")
+    check_records(memoryview(buf), attrs, count, fts, mts, max_message_bytes, "batch at byte 0",
+                  window=timestamp_window)
     return size, lod, mts
 
 

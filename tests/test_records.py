@@ -369,14 +369,15 @@ def test_both_payload_checks_accept_every_built_batch_and_refuse_every_truncatio
     b = memoryview(build_batch([(k, v, T + d, h) for k, v, d, h in records]))
     h = parse_header(b)
     section = b[HEADER_SIZE:]
-    want = max(T + d for _k, _v, d, _h in records)
+    want = max(T + d for _k, _v, d, _h in records), min(T + d for _k, _v, d, _h in records)
     scans = [lambda s, n: record_check._scan_with_aiokafka(b[:HEADER_SIZE].tobytes() + bytes(s), memoryview(s), 0,
                                                              n, "x")]
     if record_check._scan is not None:
         scans.append(lambda s, n: record_check._scan(s, n, h.first_timestamp))
     cut = data.draw(st.integers(0, len(section) - 1))
     for scan in scans:
-        assert scan(section, h.record_count) == want == h.max_timestamp
+        assert scan(section, h.record_count) == want
+        assert want[0] == h.max_timestamp
         with pytest.raises((KafkaError, ValueError)):
             scan(section[:cut], h.record_count)
 
@@ -469,3 +470,59 @@ def test_log_append_time_checks_the_crc_before_it_writes_a_new_one():
     with pytest.raises(KafkaError) as ei:
         with_log_append_time(bytes(bad), T)
     assert ei.value.code == ErrorCode.CORRUPT_MESSAGE
+
+
+# ---------------------------------------------------------------- timestamp window (KIP-937)
+
+HOUR = 3_600_000
+
+
+def window_error(buf, window) -> KafkaError:
+    with pytest.raises(KafkaError) as ei:
+        validate_batches(buf, timestamp_window=window)
+    return ei.value
+
+
+@pytest.mark.parametrize("compression", [codec.NONE, codec.GZIP])
+@pytest.mark.parametrize("fallback", [False, True])
+def test_records_outside_the_window_are_invalid_timestamp_each_named_by_its_index(monkeypatch, compression, fallback):
+    from minibroker import record_check
+    if fallback:
+        monkeypatch.setattr(record_check, "_scan", None)            # aiokafka's reader, as without a compiler
+    window = (T - HOUR, T + HOUR)
+    inside = build_batch([(None, b"a", T - HOUR), (None, b"b", T), (None, b"c", T + HOUR)], compression=compression)
+    assert validate_batches(inside, timestamp_window=window).record_count == 3           # both ends are inside
+    outside = build_batch([(None, b"a", T), (None, b"b", T + HOUR + 1), (None, b"c", T - HOUR - 1)],
+                          compression=compression)
+    err = window_error(outside, window)
+    assert err.code == ErrorCode.INVALID_TIMESTAMP and not err.retriable
+    assert err.message == "One or more records have been rejected due to invalid timestamp"
+    assert err.record_errors == (
+        (1, f"Timestamp {T + HOUR + 1} of message with offset 1 is out of range. "
+            f"The timestamp should be within [{T - HOUR}, {T + HOUR}]"),
+        (2, f"Timestamp {T - HOUR - 1} of message with offset 2 is out of range. "
+            f"The timestamp should be within [{T - HOUR}, {T + HOUR}]"))
+    assert validate_batches(outside).record_count == 3                                   # no window: no check
+
+
+def test_a_record_without_a_timestamp_is_not_checked_and_a_log_append_time_batch_by_its_max_timestamp():
+    window = (T - HOUR, T + HOUR)
+    no_ts = batch_of([raw_record(0, 0), raw_record(1, 0)], first_timestamp=-1)
+    assert validate_batches(no_ts, timestamp_window=window).record_count == 2            # -1 is Kafka's NO_TIMESTAMP
+    appended = batch_of([raw_record(0, 0)], first_timestamp=0, max_timestamp=T + 2 * HOUR,
+                        attributes=TIMESTAMP_TYPE_LOG_APPEND)
+    assert window_error(appended, window).record_errors[0][0] == 0
+
+
+def test_the_log_config_window_is_kafkas_default_and_none_for_log_append_time_or_unbounded():
+    from minibroker.storage.log_config import LONG_MAX, LogConfig
+    cfg = LogConfig()
+    assert (cfg.message_timestamp_before_max_ms, cfg.message_timestamp_after_max_ms) == (LONG_MAX, HOUR)  # Kafka 4.0
+    assert cfg.timestamp_window(T) == (T - LONG_MAX, T + HOUR)                     # as Kafka computes it
+    assert LogConfig(message_timestamp_type="LogAppendTime").timestamp_window(T) is None
+    assert LogConfig(message_timestamp_after_max_ms=LONG_MAX).timestamp_window(T) is None
+    props = LogConfig.from_properties({"message.timestamp.before.max.ms": "60000",
+                                       "log.message.timestamp.after.max.ms": "0"})
+    assert props.timestamp_window(T) == (T - 60_000, T)
+    with pytest.raises(KafkaError):
+        LogConfig.from_properties({"message.timestamp.after.max.ms": "-1"})

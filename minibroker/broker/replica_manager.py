@@ -961,7 +961,10 @@ class ReplicaManager:
         try:
             first, last, d = part.append_as_leader(records, now)
         except KafkaError as exc:
-            return _LocalAppend(_produce_entry(p["partition"], exc.code, exc.message))
+            refused = _produce_entry(p["partition"], exc.code, exc.message)
+            if exc.record_errors:                   # Kafka's RecordErrors: the records at fault
+                refused["record_errors"] = [[i, why] for i, why in exc.record_errors]
+            return _LocalAppend(refused)
         entry = _produce_entry(p["partition"], ErrorCode.NONE)
         entry["base_offset"], entry["log_start_offset"] = first, part.log_start_offset
         if d is not None:                 # None: a duplicate idempotent batch, nothing appended (its time: -1)

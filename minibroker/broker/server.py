@@ -170,7 +170,8 @@ def _fsync_dir(d: str) -> None:
 _BROKER_LOG_PROPERTIES = ("log.segment.bytes", "log.roll.ms", "log.index.interval.bytes", "log.retention.bytes",
                           "log.retention.ms", "log.flush.interval.messages", "log.flush.interval.ms",
                           "message.max.bytes", "log.segment.delete.delay.ms", "compression.type",
-                          "log.message.timestamp.type")
+                          "log.message.timestamp.type", "log.message.timestamp.before.max.ms",
+                          "log.message.timestamp.after.max.ms")
 
 
 def broker_log_config(config: Config) -> Any:

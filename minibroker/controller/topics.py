@@ -38,6 +38,8 @@ CONFIG_TYPES: dict[str, tuple[str, int | None]] = {
     "compression.type": ("string", None),
     "cleanup.policy": ("list", None),
     "message.timestamp.type": ("string", None),
+    "message.timestamp.before.max.ms": ("long", 0),
+    "message.timestamp.after.max.ms": ("long", 0),
 }
 # String topic configs with a closed set of values, in Kafka's order (its ConfigDef.ValidString message).
 CONFIG_CHOICES: dict[str, tuple[str, ...]] = {"compression.type": tuple(TOPIC_COMPRESSION_TYPES),

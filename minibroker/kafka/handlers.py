@@ -803,7 +803,8 @@ def _produce_partition(index: int, answer: dict | None, refused: str | None) -> 
                 "error_message": refused}
     return {"index": index, "error_code": answer["error"], "base_offset": answer["base_offset"],
             "log_append_time_ms": answer.get("log_append_time_ms", -1), "log_start_offset": answer["log_start_offset"],
-            "record_errors": [],
+            "record_errors": [{"batch_index": i, "batch_index_error_message": why}
+                              for i, why in answer.get("record_errors", ())],
             "error_message": answer.get("message") or None}
 
 

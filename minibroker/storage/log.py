@@ -241,12 +241,15 @@ class PartitionLog:
         CORRUPT_MESSAGE / MESSAGE_TOO_LARGE / INVALID_REQUEST from validation,
         RECORD_LIST_TOO_LARGE above segment.bytes, FENCED_LEADER_EPOCH when
         the cache already holds a newer epoch, KAFKA_STORAGE_ERROR on I/O
-        failure. Nothing is written when it raises."""
+        failure, INVALID_TIMESTAMP for a record outside the config's window
+        around `now_ms` (KIP-937; not checked without `now_ms`). Nothing is
+        written when it raises."""
         cfg = self.config
-        one = single_producer_batch(batches, cfg.max_message_bytes)
+        window = None if now_ms is None else cfg.timestamp_window(now_ms)
+        one = single_producer_batch(batches, cfg.max_message_bytes, window)
         if one is not None:
             return self._append_one_as_leader(batches, one, leader_epoch, now_ms)
-        info = validate_batches(batches, max_message_bytes=cfg.max_message_bytes)
+        info = validate_batches(batches, max_message_bytes=cfg.max_message_bytes, timestamp_window=window)
         latest = self._check_leader_append(info.size, leader_epoch)
         with self._lock:
             if self._closed:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from minibroker import codec
 from minibroker.config import TIMESTAMP_TYPES
 from minibroker.errors import ErrorCode, KafkaError
+from minibroker.record_check import timestamp_window
 
 LONG_MAX = 2**63 - 1
 DAY_MS = 24 * 3600 * 1000
@@ -34,6 +35,10 @@ class LogConfig:
     # message.timestamp.type / log.message.timestamp.type: one of TIMESTAMP_TYPES. LogAppendTime: the
     # leader stamps each batch with its clock (records.with_log_append_time).
     message_timestamp_type: str = "CreateTime"
+    # message.timestamp.before.max.ms / after.max.ms (KIP-937; Kafka 4.0's defaults, KIP-1030): how far
+    # before and after the leader's clock a CreateTime record's timestamp may be (else INVALID_TIMESTAMP).
+    message_timestamp_before_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = 3_600_000
     # minibroker's own switch: fsync the log before an acks=all response is sent.
     flush_on_acks_all: bool = False              # minibroker.flush.on.acks.all
 
@@ -53,6 +58,8 @@ class LogConfig:
              f"compression.type must be one of {', '.join(codec.TOPIC_COMPRESSION_TYPES)}"),
             (self.message_timestamp_type in TIMESTAMP_TYPES,
              f"message.timestamp.type must be one of {', '.join(TIMESTAMP_TYPES)}"),
+            (self.message_timestamp_before_max_ms >= 0, "message.timestamp.before.max.ms must be >= 0"),
+            (self.message_timestamp_after_max_ms >= 0, "message.timestamp.after.max.ms must be >= 0"),
         ]
         for ok, msg in checks:
             if not ok:
@@ -80,6 +87,12 @@ class LogConfig:
         """Whether the leader gives every batch its own clock's time (message.timestamp.type=LogAppendTime)."""
         return self.message_timestamp_type == "LogAppendTime"
 
+    def timestamp_window(self, now_ms: int) -> tuple[int, int] | None:
+        """The record timestamps a leader append at `now_ms` accepts (None: any), for a CreateTime log."""
+        if self.message_timestamp_type != "CreateTime":
+            return None
+        return timestamp_window(now_ms, self.message_timestamp_before_max_ms, self.message_timestamp_after_max_ms)
+
     def to_properties(self) -> dict[str, str]:
         out = {}
         for prop, attr in PROPERTY_NAMES.items():
@@ -101,6 +114,8 @@ _TOPIC_NAMES = {
     "file.delete.delay.ms": "file_delete_delay_ms",
     "compression.type": "compression_type",
     "message.timestamp.type": "message_timestamp_type",
+    "message.timestamp.before.max.ms": "message_timestamp_before_max_ms",
+    "message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
     "minibroker.flush.on.acks.all": "flush_on_acks_all",
 }
 PROPERTY_NAMES: dict[str, str] = {
@@ -115,6 +130,8 @@ PROPERTY_NAMES: dict[str, str] = {
     "message.max.bytes": "max_message_bytes",
     "log.segment.delete.delay.ms": "file_delete_delay_ms",
     "log.message.timestamp.type": "message_timestamp_type",
+    "log.message.timestamp.before.max.ms": "message_timestamp_before_max_ms",
+    "log.message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
 }
 _BOOL_ATTRS = {f.name for f in fields(LogConfig) if f.type in ("bool", bool)}
 _STR_ATTRS = {f.name for f in fields(LogConfig) if f.type in ("str", str)}

@@ -89,7 +89,7 @@ def test_new_leader_writes_its_epoch_cache_entry_at_election_before_any_data(tmp
 def test_leader_append_stamps_offsets_and_its_epoch(tmp_path):
     p = make_partition(tmp_path, "a", 1)
     lead(p, rec(1, 4, replicas=(1,)))
-    first, last, d = p.append_as_leader(build_batch([b"a", b"b"]), NOW)
+    first, last, d = p.append_as_leader(build_batch([b"a", b"b"], timestamp_ms=NOW), NOW)
     assert (first, last) == (0, 1)
     assert d.hw_moved and p.hw == 2                    # ISR = {leader}: HW moves on the append
     assert p.log.batch_containing(1) == (0, 1, 4)
@@ -149,8 +149,8 @@ def test_x7_old_leader_truncates_to_the_end_of_the_common_epoch_and_refetches(tm
     a = make_partition(tmp_path, "a", 1, events, batches=[(0, 12, "a")])
     b = make_partition(tmp_path, "b", 2, batches=[(0, 10, "a")])
     lead(b, rec(2, 1, isr=(2, 1)))
-    b.append_as_leader(build_batch([b"b@10"]), NOW)
-    b.append_as_leader(build_batch([b"b@11"]), NOW)
+    b.append_as_leader(build_batch([b"b@10"], timestamp_ms=NOW), NOW)
+    b.append_as_leader(build_batch([b"b@11"], timestamp_ms=NOW), NOW)
     a.make_follower(rec(2, 1, isr=(2, 1)), NOW)
     assert replicate(b, a, 1) == [(12, 10)]
     assert vals(a) == vals(b) and vals(a)[9:] == [b"a@9", b"b@10", b"b@11"]
@@ -235,7 +235,7 @@ def test_restarting_follower_fetches_from_its_leo_without_truncating(tmp_path):
 def test_losing_leadership_fails_acks_all_waiters(tmp_path):
     p = make_partition(tmp_path, "a", 1)
     lead(p, rec(1, 0))
-    p.append_as_leader(build_batch([b"v"]), NOW)
+    p.append_as_leader(build_batch([b"v"], timestamp_ms=NOW), NOW)
     token = object()
     p.core.add_waiter(1, token, NOW)
     failed, restart = p.make_follower(rec(2, 1, pe=1), NOW)

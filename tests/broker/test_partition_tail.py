@@ -111,8 +111,8 @@ def test_reading_what_was_just_appended_needs_no_file_read(tmp_path):
     p = Partition("t", 0, node_id=1, log=lg, hw=0, sink=lambda e: None)
     p.make_leader(PartitionRecord("t", 0, (1,), (1,), 1, 3, 0), 0, profile=KAFKA, lag_max_ms=1000,
                   min_isr=1, broker_epoch=1, eligibility=[])
-    p.append_as_leader(build_batch([b"a"]), 0)
-    p.append_as_leader(build_batch([b"b", b"c"]), 0)
+    p.append_as_leader(build_batch([b"a"], timestamp_ms=0), 0)
+    p.append_as_leader(build_batch([b"b", b"c"], timestamp_ms=0), 0)
     expected = lg.read(1, 1 << 20)
 
     def no_file_reads(*a, **k):

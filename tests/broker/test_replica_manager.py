@@ -14,6 +14,7 @@ import pytest
 
 from minibroker.broker.metadata_image import MetadataImage
 from minibroker.broker.replica_manager import ReplicaManager
+from minibroker.clock import wall_ms
 from minibroker.config import DEFAULTS, Config, ConfigError
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.events import Event
@@ -65,7 +66,7 @@ class Broker:
         self.events: list[Event] = events if events is not None else []
         self.controller = ScriptedController()
         self.lm = lm or LogManager(str(tmp_path / "data"), event_sink=self.events.append)
-        self.now = 1_000_000
+        self.now = wall_ms()          # the batches carry the real clock's timestamps (KIP-937's window)
         self.rm = ReplicaManager(node_id=1, config=self.config, log_manager=self.lm, image=self.image,
                                  alter_partition=self.controller, peers=NoPeers(),
                                  events=self.events.append, broker_epoch=lambda: 11, clock=lambda: self.now)

@@ -270,3 +270,22 @@ def test_a_log_append_time_topic_gives_librdkafka_the_leaders_time(shared_cluste
         assert msg.error() is None and msg.timestamp() == (confluent_kafka.TIMESTAMP_LOG_APPEND_TIME, ts)
     finally:
         consumer.close()
+
+
+def test_librdkafka_gets_invalid_timestamp_for_a_record_beyond_after_max_ms(shared_cluster):
+    """Kafka 4.0 refuses a CreateTime more than message.timestamp.after.max.ms (one hour) ahead of the
+    broker's clock: librdkafka's delivery report carries INVALID_TIMESTAMP, not retried, and a record
+    sent now after it is delivered."""
+    c = shared_cluster
+    create_topic(c, "cf-future", partitions=1)
+    reports: list = []
+    p = Producer({"bootstrap.servers": c.kafka_bootstrap, "acks": "all"})
+    now = int(time.time() * 1000)
+    p.produce("cf-future", value=b"ahead", partition=0, timestamp=now + 2 * 3_600_000,
+              on_delivery=lambda err, msg: reports.append(err))
+    assert p.flush(60) == 0
+    p.produce("cf-future", value=b"now", partition=0, on_delivery=lambda err, msg: reports.append(err))
+    assert p.flush(60) == 0
+    [refused, delivered] = reports
+    assert refused is not None and refused.code() == KafkaError.INVALID_TIMESTAMP and not refused.retriable()
+    assert delivered is None

@@ -256,3 +256,24 @@ def test_produce_v3_plus_with_two_batches_in_a_partition_is_invalid_record_and_a
         after = k.recv(ListOffsetsResponse, 7).topics[0].partitions[0].offset
     assert p.error_code == ErrorCode.INVALID_RECORD and "exactly one record batch" in p.error_message
     assert after == before
+
+
+def test_a_batch_timestamped_beyond_after_max_ms_is_invalid_timestamp_with_a_record_error_each(shared_cluster, topic):
+    """KIP-937 with Kafka 4.0's default message.timestamp.after.max.ms (one hour, KIP-1030): the partition
+    answers INVALID_TIMESTAMP, Kafka's error message, and a RecordError per record outside the window."""
+    import time
+    _l, _e, addr = leader_of(shared_cluster, topic)
+    future = int(time.time() * 1000) + 2 * 3_600_000
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
+                                  producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+    b.append(0, timestamp=future - 3 * 3_600_000, key=None, value=b"an hour ago", headers=[])
+    b.append(1, timestamp=future, key=None, value=b"two hours ahead", headers=[])
+    with RawKafka(addr) as k:
+        k.send(produce_req(9, topic, bytes(b.build())))
+        (t,) = k.recv(ProduceResponse, 9).responses
+    (p,) = t.partition_responses
+    assert (p.error_code, p.base_offset) == (ErrorCode.INVALID_TIMESTAMP, -1)
+    assert p.error_message == "One or more records have been rejected due to invalid timestamp"
+    [(index, why)] = [(e.batch_index, e.batch_index_error_message) for e in p.record_errors]
+    assert index == 1 and why.startswith(f"Timestamp {future} of message with offset 1 is out of range. "
+                                         "The timestamp should be within [")

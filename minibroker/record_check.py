@@ -119,19 +119,19 @@ def check_records(batch: memoryview, attributes: int, record_count: int, first_t
         real_min = max_timestamp if max_timestamp != NO_TIMESTAMP else LONG_MAX
     elif real_max != max_timestamp:
         raise _invalid(where, f"max timestamp {max_timestamp} is not the records' largest timestamp {real_max}")
-    if window is not None and (real_min < window[0] or (real_max > window[1] and real_max != NO_TIMESTAMP)):
-        raise _timestamp_error(batch, section, compression, attributes, max_timestamp, window)
+    if window is not None and (real_min < window[0] or real_max > window[1]):
+        raise _timestamp_error(batch, section, compression, attributes, record_count, max_timestamp, window)
     return 0 if compression == codec.NONE else len(section)
 
 
 def _timestamp_error(batch: memoryview, section: memoryview, compression: int, attributes: int,
-                     max_timestamp: int, window: tuple[int, int]) -> KafkaError:
+                     record_count: int, max_timestamp: int, window: tuple[int, int]) -> KafkaError:
     """Kafka's LogValidator answer for records outside the window (a cold path: the batch is refused): one
     record error per such record, by its index in the batch (`batch_index`; a client batch's offsets are
     its indexes)."""
     lo, hi = window
     if attributes & LOG_APPEND_TIME:
-        stamps = [max_timestamp] * len(_records(batch, section, compression))
+        stamps = [max_timestamp] * record_count
     else:
         stamps = [NO_TIMESTAMP if t is None else t for t in map(_timestamp, _records(batch, section, compression))]
     errors = tuple((i, f"Timestamp {t} of message with offset {i} is out of range. "

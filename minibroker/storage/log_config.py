@@ -14,9 +14,8 @@ from collections.abc import Mapping
 from minibroker import codec
 from minibroker.config import TIMESTAMP_TYPES
 from minibroker.errors import ErrorCode, KafkaError
-from minibroker.record_check import timestamp_window
+from minibroker.record_check import LONG_MAX, timestamp_window
 
-LONG_MAX = 2**63 - 1
 DAY_MS = 24 * 3600 * 1000
 
 

@@ -50,6 +50,19 @@ async def _gone(admin: Admin, topic: str) -> None:
     await until(unlisted, f"{topic} no longer listed after its deletion", timeout_s=30)
 
 
+async def _described(admin: Admin, topic: str, not_id: str | None = None):
+    """The topic's description once the broker that answers knows it (and, with `not_id`, knows the topic
+    created after the one with that id): any broker may answer, and broker metadata is eventually consistent,
+    as Kafka's, so a broker may not have replayed a creation yet."""
+    async def known():
+        try:
+            (t,) = await admin.describe_topics([topic])
+        except KafkaError:
+            return None
+        return t if t.topic_id != not_id else None
+    return await until(known, f"{topic} in the metadata", timeout_s=30)
+
+
 def _local_values(data_dir: str, topic: str) -> list[bytes]:
     """The records of a stopped broker's replica, read from its files."""
     lg = PartitionLog(os.path.join(data_dir, f"{topic}-0"), LogConfig())
@@ -106,7 +119,7 @@ async def test_a_broker_that_missed_the_deletion_and_the_creation_drops_the_old_
 async def test_a_broker_down_through_the_deletion_and_the_creation_removes_its_old_log(cluster):
     async with Admin(cluster.bootstrap) as admin:
         await admin.create_topic("down", assignments=[[1, 2, 3]], configs=CONFIGS)
-        (before,) = await admin.describe_topics(["down"])
+        before = await _described(admin, "down")
         await _produce(cluster.bootstrap, "down", [f"old-{j}".encode() for j in range(25)])
         assert await wait_isr(admin, "down", {1, 2, 3})
         cluster.stop(3)
@@ -116,7 +129,7 @@ async def test_a_broker_down_through_the_deletion_and_the_creation_removes_its_o
         await _gone(admin, "down")
         await admin.create_topic("down", assignments=[[1, 2, 3]], configs=CONFIGS)
         await admin.wait_for_leaders("down", timeout_ms=30_000)
-        (after,) = await admin.describe_topics(["down"])
+        after = await _described(admin, "down", not_id=before.topic_id)
         assert after.topic_id != before.topic_id
         new = [f"new-{j}".encode() for j in range(10)]
         await _produce(cluster.bootstrap, "down", new, acks="1")

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 from collections.abc import Iterable
 
 from minibroker.broker.tail import TailCache
@@ -109,6 +109,18 @@ class ReadResult:
     message: str = ""
 
 
+class LeaderAppend(NamedTuple):
+    """What a Produce's batches got on the leader (`Partition.append_as_leader`)."""
+    first_offset: int
+    last_offset: int
+    decision: Decision | None       # None: a duplicate idempotent batch (P-DUP), nothing appended
+    log_append_time: int            # the answer's log_append_time_ms: the stamp of a LogAppendTime topic,
+    #                                 a duplicate's stored max timestamp (as Kafka), else -1
+
+
+_new_append = tuple.__new__
+
+
 class Partition:
     """Invariant: `core` is not None exactly when role == LEADER, and then
     core.leader_epoch == leader_epoch. `_hw` is meaningful only when not
@@ -164,8 +176,8 @@ class Partition:
                 state = ProducerState(self.name)
                 state.through = lg.log_start_offset
         state.truncate_head(lg.log_start_offset)
-        for pid, epoch, seq, base, last in lg.producer_batches(state.through):
-            state.on_batch(pid, epoch, seq, base, last)
+        for pid, epoch, seq, base, last, max_ts in lg.producer_batches(state.through):
+            state.on_batch(pid, epoch, seq, base, last, max_ts)
         return state
 
     # ------------------------------------------------------------ queries
@@ -276,15 +288,17 @@ class Partition:
 
     # ------------------------------------------------------------ leader: produce
 
-    def append_as_leader(self, records: bytes, now_ms: int) -> tuple[int, int, Decision | None]:
+    def append_as_leader(self, records: bytes, now_ms: int) -> LeaderAppend:
         """Produce path (P4): check an idempotent batch against the producer
         state (from its header: no per-record work), validate, stamp with our
         epoch (and, for message.timestamp.type=LogAppendTime, with `now_ms` as
-        each batch's time), append, tell the core the new LEO. Returns (first offset, last
-        offset, decision); a duplicate batch (P-DUP) returns its original
-        offsets and no decision, appending nothing. Raises KafkaError
-        (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, OUT_OF_ORDER_SEQUENCE_NUMBER,
-        INVALID_PRODUCER_EPOCH, ...) with nothing written."""
+        each batch's time), append, tell the core the new LEO. A duplicate
+        batch (P-DUP) is validated as any other (Kafka validates before its
+        producer-state check), then answered with its original offsets and
+        stored max timestamp and no decision, appending nothing. Raises
+        KafkaError (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, INVALID_TIMESTAMP,
+        OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, ...) with nothing
+        written."""
         core = self.core
         assert core is not None
         h = parse_header(records) if len(records) >= HEADER_SIZE else None
@@ -299,19 +313,24 @@ class Partition:
                 if check.kind == "reject":
                     raise KafkaError(check.error, check.message)
                 if check.kind == "duplicate":
-                    return check.base_offset, check.last_offset, None
+                    self.log.check_as_leader(records, now_ms)
+                    return _new_append(LeaderAppend, (check.base_offset, check.last_offset, None, check.timestamp))
+        append_time = -1
         if self.log.config.log_append_time:
             records = with_log_append_time(records, now_ms)
+            append_time = now_ms
         res = self.log.append_as_leader(records, core.leader_epoch, now_ms=now_ms)
         next_offset = res.last_offset + 1
         if h is not None:
-            self.producers.on_batch(pid, h.producer_epoch, h.base_sequence, res.first_offset, res.last_offset)
+            self.producers.on_batch(pid, h.producer_epoch, h.base_sequence, res.first_offset, res.last_offset,
+                                    now_ms if append_time >= 0 else h.max_timestamp)
         self.tracker.on_append(next_offset, len(records))
         stamped = self.log.take_stamped()
         if stamped is None:
             stamped = stamp(records, res.first_offset, core.leader_epoch)
         self.tail.on_append(res.first_offset, next_offset, stamped)
-        return res.first_offset, res.last_offset, core.on_append(next_offset, now_ms)
+        return _new_append(LeaderAppend, (res.first_offset, res.last_offset, core.on_append(next_offset, now_ms),
+                                          append_time))
 
     # ------------------------------------------------------------ leader: fetch
 
@@ -375,7 +394,8 @@ class Partition:
         on_batch = self.producers.on_batch
         for h in headers:
             base = h.base_offset
-            on_batch(h.producer_id, h.producer_epoch, h.base_sequence, base, base + h.last_offset_delta)
+            on_batch(h.producer_id, h.producer_epoch, h.base_sequence, base, base + h.last_offset_delta,
+                     h.max_timestamp)
         n = len(records)
         self.tracker.on_append(last + 1, n)
         self.tail.on_append(headers[0].base_offset, last + 1, records if type(records) is bytes else bytes(records))

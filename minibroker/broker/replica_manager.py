@@ -959,7 +959,7 @@ class ReplicaManager:
                                                                      f"min.insync.replicas {core.effective_min_isr}"))
         records = p["records"]
         try:
-            first, last, d = part.append_as_leader(records, now)
+            first, last, d, append_time = part.append_as_leader(records, now)
         except KafkaError as exc:
             refused = _produce_entry(p["partition"], exc.code, exc.message)
             if exc.record_errors:                   # Kafka's RecordErrors: the records at fault
@@ -967,9 +967,9 @@ class ReplicaManager:
             return _LocalAppend(refused)
         entry = _produce_entry(p["partition"], ErrorCode.NONE)
         entry["base_offset"], entry["log_start_offset"] = first, part.log_start_offset
-        if d is not None:                 # None: a duplicate idempotent batch, nothing appended (its time: -1)
-            if part.log.config.log_append_time:
-                entry["log_append_time_ms"] = now        # the time the partition gave the batch
+        if append_time >= 0:                # a LogAppendTime stamp, or a duplicate's stored max timestamp
+            entry["log_append_time_ms"] = append_time
+        if d is not None:                 # None: a duplicate idempotent batch, nothing appended
             if self.purgatory.watching(key):
                 self.purgatory.on_append(key, len(records))
             else:

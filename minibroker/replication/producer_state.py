@@ -3,21 +3,24 @@ ProducerAppendInfo (KIP-98, KIP-360), without transactions.
 
 Owns, for one partition: per producer id, its epoch and the metadata of its
 last `BATCHES_TO_RETAIN` (5) batches (first/last sequence, base/last
-offset); the rules a leader applies to a client batch before appending it
+offset, max timestamp as stored); the rules a leader applies to a client batch before appending it
 (duplicate, sequence gap, fenced epoch); the updates every replica applies
 after a batch is in its log (leader append, follower append, log recovery);
 truncation at both ends; a plain-data snapshot.
 
 Must not know: files, sockets, clocks, the log's layout. The driver
 (minibroker.broker.partition) reads the four header fields of each batch
-(producer id, producer epoch, base sequence, last offset delta) and the
-offsets the log assigned, and passes them in; it writes and reads the
+(producer id, producer epoch, base sequence, last offset delta, max
+timestamp) and the offsets the log assigned, and passes them in; it writes and reads the
 snapshot bytes.
 
 Rules (Kafka 2.5+ / 3.x, origin CLIENT):
   * P-DUP: a batch whose (epoch, first_seq, last_seq) equals one of the last
     five batches of its producer is a duplicate: answer with that batch's
-    base offset, append nothing.
+    base offset and, as its log_append_time, its stored max timestamp
+    (Kafka's BatchMetadata.timestamp, whatever the topic's timestamp type);
+    append nothing. The driver checks the batch as any other first: a
+    duplicate that fails validation gets the validation's error.
   * P-EPOCH: an epoch below the producer's current epoch is fenced:
     INVALID_PRODUCER_EPOCH (Kafka >= 2.7 answers produce with it).
   * P-NEWEPOCH: a higher epoch of a known producer must start at sequence 0,
@@ -62,6 +65,15 @@ class BatchMetadata(NamedTuple):
     last_seq: int
     base_offset: int
     last_offset: int
+    timestamp: int                 # the batch's max timestamp as stored (-1: none, or from an older snapshot)
+
+
+def _batch_metadata(fields: Any) -> BatchMetadata:
+    """One snapshot batch: (first_seq, last_seq, base_offset, last_offset[, timestamp])."""
+    if len(fields) == 4:
+        fields = [*fields, -1]
+    a, b, c, d, ts = fields
+    return BatchMetadata(int(a), int(b), int(c), int(d), int(ts))
 
 
 @dataclass(slots=True)
@@ -84,6 +96,7 @@ class AppendCheck(NamedTuple):
     base_offset: int = -1          # duplicate: the original base offset
     last_offset: int = -1          # duplicate: the original last offset
     message: str = ""
+    timestamp: int = -1            # duplicate: the original batch's max timestamp as stored
 
 
 APPEND = AppendCheck("append")
@@ -123,7 +136,8 @@ class ProducerState:
         if epoch == e.epoch:
             for b in e.batches:
                 if b.first_seq == first_seq and b.last_seq == last_seq:
-                    return AppendCheck("duplicate", ErrorCode.NONE, b.base_offset, b.last_offset)
+                    return AppendCheck("duplicate", ErrorCode.NONE, b.base_offset, b.last_offset,
+                                       timestamp=b.timestamp)
         if epoch < e.epoch:
             return AppendCheck("reject", ErrorCode.INVALID_PRODUCER_EPOCH, message=(
                 f"{self.name}: producer {producer_id} epoch {epoch} is older than its current epoch {e.epoch}"))
@@ -138,9 +152,11 @@ class ProducerState:
                 f"{self.name}: producer {producer_id} epoch {epoch}: sequence {first_seq} after {current}"))
         return APPEND
 
-    def on_batch(self, producer_id: int, epoch: int, first_seq: int, base_offset: int, last_offset: int) -> None:
+    def on_batch(self, producer_id: int, epoch: int, first_seq: int, base_offset: int, last_offset: int,
+                 max_timestamp: int) -> None:
         """A batch is in the log (leader append after `check_client_batch`,
-        follower append, recovery scan): record it without checks."""
+        follower append, recovery scan): record it without checks. `max_timestamp`:
+        the batch's max timestamp as stored (a LogAppendTime topic's: the leader's stamp)."""
         if last_offset + 1 > self.through:
             self.through = last_offset + 1
         if producer_id == NO_PRODUCER_ID:
@@ -150,7 +166,7 @@ class ProducerState:
             e = ProducerEntry(producer_id, epoch)
             self._entries[producer_id] = e
         e.batches.append(_new(BatchMetadata, (first_seq, last_sequence(first_seq, last_offset - base_offset),
-                                              base_offset, last_offset)))
+                                              base_offset, last_offset, max_timestamp)))
         if len(e.batches) > BATCHES_TO_RETAIN:
             del e.batches[0]
 
@@ -190,12 +206,13 @@ class ProducerState:
 
     @classmethod
     def from_snapshot(cls, data: dict[str, Any], name: str = "") -> ProducerState:
-        """Raises ValueError when `data` is not a snapshot."""
+        """Raises ValueError when `data` is not a snapshot. A batch of four fields (a snapshot
+        written before batches kept their timestamp) gets timestamp -1."""
         st = cls(name)
         try:
             st.through = int(data["through"])
             for pid, epoch, batches in data["producers"]:
-                bs = [BatchMetadata(int(a), int(b), int(c), int(d)) for a, b, c, d in batches]
+                bs = [_batch_metadata(b) for b in batches]
                 if bs:
                     st._entries[int(pid)] = ProducerEntry(int(pid), int(epoch), bs[-BATCHES_TO_RETAIN:])
         except (KeyError, TypeError, ValueError) as exc:

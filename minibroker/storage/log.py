@@ -299,13 +299,30 @@ class PartitionLog:
         stamped, self._stamped = self._stamped, None
         return stamped
 
+    def check_as_leader(self, batches: bytes | bytearray | memoryview, now_ms: int | None) -> None:
+        """The validation `append_as_leader` applies to client batches (framing, CRC, sizes, the
+        timestamp window, segment.bytes), appending nothing. Called for a duplicate idempotent
+        batch, which Kafka validates as any other before its producer-state check answers it.
+        Raises the KafkaError `append_as_leader` would."""
+        cfg = self.config
+        window = None if now_ms is None else cfg.timestamp_window(now_ms)
+        one = single_producer_batch(batches, cfg.max_message_bytes, window)
+        if one is not None:
+            self._check_fits_segment(one[0])
+        else:
+            self._check_fits_segment(validate_batches(batches, max_message_bytes=cfg.max_message_bytes,
+                                                      timestamp_window=window).size)
+
+    def _check_fits_segment(self, size: int) -> None:
+        if size > self.config.segment_bytes:
+            raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE,
+                             f"{size} bytes of batches exceed segment.bytes={self.config.segment_bytes}")
+
     def _check_leader_append(self, size: int, leader_epoch: int) -> int | None:
         """The leader-append checks that need no lock: `size` fits a segment,
         `leader_epoch` is not negative and not older than the cache's latest.
         Returns that latest epoch (None for an empty cache)."""
-        if size > self.config.segment_bytes:
-            raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE,
-                             f"{size} bytes of batches exceed segment.bytes={self.config.segment_bytes}")
+        self._check_fits_segment(size)
         if leader_epoch < 0:
             raise ValueError(f"leader epoch {leader_epoch} is negative")
         latest = self.epoch_cache.latest_epoch
@@ -369,8 +386,8 @@ class PartitionLog:
             self.log_end_offset = expected
         return expected - 1, headers
 
-    def producer_batches(self, from_offset: int) -> Iterator[tuple[int, int, int, int, int]]:
-        """(producer id, epoch, base sequence, base offset, last offset) of
+    def producer_batches(self, from_offset: int) -> Iterator[tuple[int, int, int, int, int, int]]:
+        """(producer id, epoch, base sequence, base offset, last offset, max timestamp) of
         every batch from the one holding `from_offset` to the LEO, read from
         batch headers only (producer state recovery; blocking file reads)."""
         for seg in list(self._segments):

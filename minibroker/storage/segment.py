@@ -346,13 +346,13 @@ class LogSegment:
         for pos, f in self._walk_fields(position, end, check=check):
             yield Located(pos, f[0], f[0] + f[6], f[2], f[1] + LOG_OVERHEAD, f[8])
 
-    def producer_batches(self, from_offset: int) -> Iterator[tuple[int, int, int, int, int]]:
+    def producer_batches(self, from_offset: int) -> Iterator[tuple[int, int, int, int, int, int]]:
         """(producer id, producer epoch, base sequence, base offset, last
-        offset) of each batch whose last offset >= `from_offset`, from the
-        headers only (producer state recovery)."""
+        offset, max timestamp) of each batch whose last offset >= `from_offset`,
+        from the headers only (producer state recovery)."""
         for _pos, f in self._walk_fields(self.index.lookup(from_offset), self.size):
             if f[0] + f[6] >= from_offset:
-                yield f[9], f[10], f[11], f[0], f[0] + f[6]
+                yield f[9], f[10], f[11], f[0], f[0] + f[6], f[8]
 
     def _walk_fields(self, position: int, end: int, *, check: bool = False) -> Iterator[tuple[int, tuple[Any, ...]]]:
         """(position, unpacked header) of the batches in [position, end)."""

@@ -89,7 +89,7 @@ def test_new_leader_writes_its_epoch_cache_entry_at_election_before_any_data(tmp
 def test_leader_append_stamps_offsets_and_its_epoch(tmp_path):
     p = make_partition(tmp_path, "a", 1)
     lead(p, rec(1, 4, replicas=(1,)))
-    first, last, d = p.append_as_leader(build_batch([b"a", b"b"], timestamp_ms=NOW), NOW)
+    first, last, d, _ = p.append_as_leader(build_batch([b"a", b"b"], timestamp_ms=NOW), NOW)
     assert (first, last) == (0, 1)
     assert d.hw_moved and p.hw == 2                    # ISR = {leader}: HW moves on the append
     assert p.log.batch_containing(1) == (0, 1, 4)

@@ -40,11 +40,45 @@ def values(p: Partition) -> list[bytes | None]:
 def test_a_retried_batch_is_answered_with_its_first_offset_and_not_stored_again(tmp_path):
     p = open_partition(str(tmp_path / "t-0"))
     lead(p)
-    first, last, d = p.append_as_leader(batch(0, b"a", b"b"), 0)
+    first, last, d, _ = p.append_as_leader(batch(0, b"a", b"b"), 0)
     assert (first, last) == (0, 1) and d is not None
     p.append_as_leader(batch(2, b"c"), 0)
-    assert p.append_as_leader(batch(0, b"a", b"b"), 0) == (0, 1, None)
+    assert p.append_as_leader(batch(0, b"a", b"b"), 0) == (0, 1, None, 1)     # its stored max timestamp
     assert values(p) == [b"a", b"b", b"c"]
+
+
+def test_a_duplicate_on_a_log_append_time_topic_answers_the_time_its_original_was_given(tmp_path):
+    p = Partition("t", 0, node_id=1, log=PartitionLog(str(tmp_path / "t-0"),
+                                                      LogConfig(message_timestamp_type="LogAppendTime")),
+                  hw=0, sink=lambda e: None)
+    lead(p)
+    assert p.append_as_leader(batch(0, b"a"), 5_000).log_append_time == 5_000
+    assert p.append_as_leader(batch(0, b"a"), 9_000) == (0, 0, None, 5_000)
+    assert p.append_as_leader(batch(1, b"b"), 9_000).log_append_time == 9_000
+    assert p.append_as_leader(batch(1, b"b"), 9_500) == (1, 1, None, 9_000)
+    p.log.close()
+    again = Partition("t", 0, node_id=1, log=PartitionLog(str(tmp_path / "t-0"), LogConfig()), hw=0,
+                      sink=lambda e: None)                        # recovery reads the stored time
+    lead(again, epoch=2)
+    assert again.append_as_leader(batch(0, b"a"), 10_000) == (0, 0, None, 5_000)
+
+
+def test_a_duplicate_is_validated_first_and_gets_the_validations_error(tmp_path):
+    """Kafka validates a batch (here the KIP-937 window) before its producer-state check:
+    a retry whose timestamp has fallen out of the window is refused, not answered as a duplicate."""
+    hour = 3_600_000
+    p = Partition("t", 0, node_id=1, log=PartitionLog(str(tmp_path / "t-0"),
+                                                      LogConfig(message_timestamp_before_max_ms=hour)),
+                  hw=0, sink=lambda e: None)
+    lead(p)
+    now = 1_700_000_000_000
+    retried = build_batch([b"a"], timestamp_ms=now, producer_id=PID, producer_epoch=0, base_sequence=0)
+    assert p.append_as_leader(retried, now)[:2] == (0, 0)
+    assert p.append_as_leader(retried, now + hour) == (0, 0, None, now)
+    with pytest.raises(KafkaError) as late:
+        p.append_as_leader(retried, now + 2 * hour)
+    assert late.value.code == ErrorCode.INVALID_TIMESTAMP
+    assert values(p) == [b"a"]
 
 
 def test_a_sequence_gap_and_a_fenced_epoch_are_refused_with_nothing_written(tmp_path):
@@ -79,7 +113,7 @@ def test_a_follower_that_becomes_leader_dedups_what_it_replicated(tmp_path):
     follower.make_follower(PartitionRecord("t", 0, (1, 2), (1, 2), 2, 2, 1), 0)
     follower.node_id = 2
     lead(follower, epoch=2)
-    assert follower.append_as_leader(batch(1, b"b"), 0) == (1, 1, None)
+    assert follower.append_as_leader(batch(1, b"b"), 0) == (1, 1, None, 1)
     assert follower.append_as_leader(batch(2, b"c"), 0)[:2] == (2, 2)
 
 
@@ -93,7 +127,7 @@ def test_recovery_rebuilds_the_state_from_batch_headers_without_a_snapshot(tmp_p
     assert read_snapshot(d) is None
     again = open_partition(d)
     lead(again, epoch=2)
-    assert again.append_as_leader(batch(2, b"v2"), 0) == (2, 2, None)
+    assert again.append_as_leader(batch(2, b"v2"), 0) == (2, 2, None, 1)
 
 
 def test_recovery_starts_from_the_snapshot_and_scans_only_the_batches_after_it(tmp_path):

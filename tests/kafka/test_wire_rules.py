@@ -277,3 +277,32 @@ def test_a_batch_timestamped_beyond_after_max_ms_is_invalid_timestamp_with_a_rec
     [(index, why)] = [(e.batch_index, e.batch_index_error_message) for e in p.record_errors]
     assert index == 1 and why.startswith(f"Timestamp {future} of message with offset 1 is out of range. "
                                          "The timestamp should be within [")
+
+
+def test_a_retried_idempotent_batch_gets_its_first_offset_and_stored_max_timestamp(shared_cluster, topic):
+    """The same idempotent batch produced twice: the second answer carries the first append's base offset and,
+    as Kafka's does (UnifiedLog sets a duplicate's logAppendTime from its BatchMetadata), the batch's max
+    timestamp as stored, on a CreateTime topic too; nothing is appended twice."""
+    import time
+    _l, _e, addr = leader_of(shared_cluster, topic)
+    now = int(time.time() * 1000)
+    with RawKafka(addr) as k:
+        k.send(InitProducerIdRequest[4](transactional_id=None, transaction_timeout_ms=60_000,
+                                        producer_id=-1, producer_epoch=-1))
+        ids = k.recv(InitProducerIdResponse, 4)
+        b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                      producer_id=ids.producer_id, producer_epoch=ids.producer_epoch,
+                                      base_sequence=0, batch_size=1 << 20)
+        b.append(0, timestamp=now - 5, key=None, value=b"once", headers=[])
+        b.append(1, timestamp=now, key=None, value=b"only once", headers=[])
+        records = bytes(b.build())
+        answers = []
+        for _ in range(2):
+            k.send(produce_req(9, topic, records))
+            answers.append(k.recv(ProduceResponse, 9).responses[0].partition_responses[0])
+        k.send(produce_req(9, topic, batch(1)))
+        after = k.recv(ProduceResponse, 9).responses[0].partition_responses[0]
+    first, again = answers
+    assert (first.error_code, first.log_append_time_ms) == (0, -1)          # CreateTime: no append time
+    assert (again.error_code, again.base_offset, again.log_append_time_ms) == (0, first.base_offset, now)
+    assert after.base_offset == first.base_offset + 2

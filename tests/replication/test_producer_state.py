@@ -13,6 +13,7 @@ from hypothesis import given, strategies as st
 from minibroker.errors import ErrorCode
 from minibroker.replication.producer_state import (
     INT32_MAX,
+    AppendCheck,
     ProducerState,
     in_sequence,
     last_sequence,
@@ -28,18 +29,18 @@ class Log:
         self.state = ProducerState("t-0")
         self.leo = 0
 
-    def client(self, pid: int, epoch: int, seq: int, count: int) -> str:
+    def client(self, pid: int, epoch: int, seq: int, count: int, ts: int = -1) -> str:
         check = self.state.check_client_batch(pid, epoch, seq, count - 1)
         if check.kind == "duplicate":
-            return f"duplicate base={check.base_offset} last={check.last_offset}"
+            return f"duplicate base={check.base_offset} last={check.last_offset} ts={check.timestamp}"
         if check.kind == "reject":
             return f"error {check.error.name}"
-        return self.replicate(pid, epoch, seq, count)
+        return self.replicate(pid, epoch, seq, count, ts)
 
-    def replicate(self, pid: int, epoch: int, seq: int, count: int) -> str:
+    def replicate(self, pid: int, epoch: int, seq: int, count: int, ts: int = -1) -> str:
         base = self.leo
         self.leo += count
-        self.state.on_batch(pid, epoch, seq, base, self.leo - 1)
+        self.state.on_batch(pid, epoch, seq, base, self.leo - 1, ts)
         return f"appended base={base} last={self.leo - 1}"
 
     def run(self, line: str) -> str:
@@ -88,8 +89,8 @@ def test_a_retried_batch_among_the_last_five_is_answered_with_its_original_offse
     log = Log()
     for i in range(5):
         log.client(1, 0, i * 2, 2)
-    assert log.client(1, 0, 0, 2) == "duplicate base=0 last=1"
-    assert log.client(1, 0, 8, 2) == "duplicate base=8 last=9"
+    assert log.client(1, 0, 0, 2) == "duplicate base=0 last=1 ts=-1"
+    assert log.client(1, 0, 8, 2) == "duplicate base=8 last=9 ts=-1"
     assert log.leo == 10
 
 
@@ -98,7 +99,7 @@ def test_a_sixth_batch_pushes_the_oldest_out_of_the_dedup_window() -> None:
     for i in range(6):
         log.client(1, 0, i, 1)
     assert log.client(1, 0, 0, 1) == "error OUT_OF_ORDER_SEQUENCE_NUMBER"
-    assert log.client(1, 0, 1, 1) == "duplicate base=1 last=1"
+    assert log.client(1, 0, 1, 1) == "duplicate base=1 last=1 ts=-1"
 
 
 def test_a_sequence_gap_is_out_of_order_and_appends_nothing() -> None:
@@ -168,6 +169,13 @@ def test_snapshot_round_trip_gives_the_same_decisions(ops: list[tuple[int, int, 
     for pid, epoch, seq, count in ops:
         assert restored.check_client_batch(pid, epoch, seq, count - 1) == \
             log.state.check_client_batch(pid, epoch, seq, count - 1)
+
+
+def test_a_snapshot_written_before_batches_kept_their_timestamp_loads_with_none() -> None:
+    old = {"through": 4, "producers": [[7, 0, [[0, 1, 0, 1], [2, 3, 2, 3]]]]}
+    restored = ProducerState.from_snapshot(old, "t-0")
+    assert restored.check_client_batch(7, 0, 2, 1) == AppendCheck("duplicate", ErrorCode.NONE, 2, 3, timestamp=-1)
+    assert restored.snapshot()["producers"] == [[7, 0, [[0, 1, 0, 1, -1], [2, 3, 2, 3, -1]]]]
 
 
 def test_a_malformed_snapshot_is_a_value_error() -> None:

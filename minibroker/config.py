@@ -82,6 +82,9 @@ DEFAULTS: dict[str, str] = {
     "default.replication.factor": "1",
     "num.partitions": "1",
     "auto.create.topics.enable": "true",     # Kafka listener only: Metadata creates unknown topics
+    # idempotent producers: how long a producer id's state outlives its last batch (dynamic), how often checked
+    "producer.id.expiration.ms": "86400000",
+    "producer.id.expiration.check.interval.ms": "600000",
     # group coordinator (Kafka's names and defaults)
     "offsets.topic.num.partitions": "50",
     "offsets.topic.replication.factor": "3",

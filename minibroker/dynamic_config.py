@@ -47,9 +47,11 @@ LOG_CONFIG_SYNONYMS: dict[str, str] = {broker: topic for topic, broker in TOPIC_
 # Broker configs an alter may change at runtime, and how each is checked ("log": as its topic config).
 # All take effect at once: min.insync.replicas on every leader of a topic without its own override,
 # unclean.leader.election.enable at the controller, the log configs on every log of a topic without
-# its own override (from their next use: the next append, roll, retention pass).
+# its own override (from their next use: the next append, roll, retention pass), producer.id.expiration.ms
+# at the next expiration check.
 DYNAMIC_BROKER_CONFIGS: dict[str, str] = {
     "min.insync.replicas": "int>=1",
+    "producer.id.expiration.ms": "int>=1",
     "unclean.leader.election.enable": "bool",
     **dict.fromkeys(sorted(LOG_CONFIG_SYNONYMS), "log"),
 }

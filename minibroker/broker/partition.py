@@ -119,6 +119,8 @@ class LeaderAppend(NamedTuple):
 
 
 _new_append = tuple.__new__
+NO_SNAPSHOT = -1
+STALE_SNAPSHOT = -2
 
 
 class Partition:
@@ -150,12 +152,14 @@ class Partition:
         # a topic deleted and created again under its name has another (KIP-516).
         self.topic_id: str | None = None
         # Invariant: describes every batch of the log below LEO (idempotent
-        # producers, KIP-98), whatever the role, so a new leader knows it.
+        # producers, KIP-98) but those of expired producers, whatever the role,
+        # so a new leader knows it.
         self.producers = self._load_producer_state()
         # Bumped on every truncation: a snapshot taken before one is stale.
         self.truncations = 0
-        # `producers.through` when its snapshot was last written (-1: never).
-        self.snapshot_through = -1
+        # `producers.through` when its snapshot was last written (NO_SNAPSHOT: never, by this
+        # process; STALE_SNAPSHOT: producers expired since it was).
+        self.snapshot_through = NO_SNAPSHOT
 
     def _load_producer_state(self) -> ProducerState:
         """Log recovery: the snapshot if it is usable, then the headers of
@@ -179,6 +183,15 @@ class Partition:
         for pid, epoch, seq, base, last, max_ts in lg.producer_batches(state.through):
             state.on_batch(pid, epoch, seq, base, last, max_ts)
         return state
+
+    def expire_producers(self, now_ms: int, expiration_ms: int) -> list[int]:
+        """P-EXPIRE on this replica, triggered by the broker's periodic check and when the
+        replica is loaded: forget the producers idle for `expiration_ms`. A snapshot written
+        before is marked stale, so the next checkpoint rewrites it. Returns their ids."""
+        gone = self.producers.remove_expired(now_ms, expiration_ms)
+        if gone and self.snapshot_through != NO_SNAPSHOT:
+            self.snapshot_through = STALE_SNAPSHOT
+        return gone
 
     # ------------------------------------------------------------ queries
 

@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from minibroker.clock import now_ms as wall_now_ms
 from minibroker.broker.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchSession, FetchSessionCache
 from minibroker.broker.fetcher import FetcherManager, FetcherSettings
-from minibroker.broker.partition import FOLLOWER, LEADER, NONE, Partition, ReadResult
+from minibroker.broker.partition import FOLLOWER, LEADER, NO_SNAPSHOT, NONE, Partition, ReadResult
 from minibroker.broker.purgatory import DelayedFetch, DelayedProduce, FetchPurgatory, ProduceWaiter, StandingWatch
 from minibroker.config import Config, ConfigError
 from minibroker.errors import ErrorCode, KafkaError
@@ -70,7 +70,7 @@ QUIET_REFRESH_MS = 1000
 def _nothing_to_snapshot(p: Partition) -> bool:
     """A partition with no snapshot written yet whose producer state is empty and applies
     from its log start: a recovery without a snapshot rebuilds exactly that."""
-    return p.snapshot_through == -1 and not len(p.producers) and p.producers.through <= p.log.log_start_offset
+    return p.snapshot_through == NO_SNAPSHOT and not len(p.producers) and p.producers.through <= p.log.log_start_offset
 
 
 def _code(code: int) -> ErrorCode | int:
@@ -231,6 +231,7 @@ class ReplicaManager:
         self.fsync_before_ack = config.get_bool("minibroker.fsync.before.ack")
         self.hw_checkpoint_interval_ms = config.get_int("replica.high.watermark.checkpoint.interval.ms")
         self.retention_check_interval_ms = config.get_int("log.retention.check.interval.ms")
+        self.producer_expiration_check_ms = config.get_int("producer.id.expiration.check.interval.ms")
         self.purgatory = FetchPurgatory()
         # Invariant: per follower broker, its session when last seen, that session's generation then,
         # and its standing watch, registered on that session's partitions of that generation.
@@ -259,13 +260,15 @@ class ReplicaManager:
 
     async def start(self) -> None:
         """Start the ISR check (every replica.lag.time.max.ms / 2, I1), the HW
-        checkpoint, the flush policy, offset checkpoint and retention timers."""
+        checkpoint, the flush policy, offset checkpoint, retention and producer
+        expiration timers."""
         self._timers = [
             asyncio.ensure_future(self._every(max(self.lag_max_ms // 2, 1), self._isr_check)),
             asyncio.ensure_future(self._every(self.hw_checkpoint_interval_ms, self._checkpoint_hws)),
             asyncio.ensure_future(self._every(_FLUSH_CHECK_MS, self._flush_due)),
             asyncio.ensure_future(self._every(_OFFSET_CHECKPOINT_MS, self._checkpoint_offsets)),
             asyncio.ensure_future(self._every(self.retention_check_interval_ms, self._retention)),
+            asyncio.ensure_future(self._every(self.producer_expiration_check_ms, self._expire_producers)),
         ]
         if self.log_manager is not None:
             self._timers.append(asyncio.ensure_future(self._empty_trash()))
@@ -451,6 +454,7 @@ class ReplicaManager:
         lg = self.log_manager.get_or_create(topic, index, self._log_config(topic), topic_id)
         hw = self.log_manager.load_high_watermark(topic, index)
         part = Partition(topic, index, node_id=self.node_id, log=lg, hw=hw, sink=self._core_sink)
+        part.expire_producers(self.clock(), self._producer_expiration_ms())   # as Kafka's snapshot load
         part.topic_id = topic_id
         self._partitions[part.key] = part
         return part
@@ -697,6 +701,30 @@ class ReplicaManager:
                 await asyncio.to_thread(delete_snapshot, part.log.directory)
             else:
                 part.snapshot_through = data["through"]
+
+    def _producer_expiration_ms(self) -> int:
+        """producer.id.expiration.ms as the metadata's dynamic broker configs leave it."""
+        try:
+            return max(1, self.image.effective_broker_config().get_int("producer.id.expiration.ms"))
+        except ConfigError as exc:
+            log.warning("producer.id.expiration.ms: %s; using 1 day", exc)
+            return 86_400_000
+
+    def _expire_producers(self) -> None:
+        """Every producer.id.expiration.check.interval.ms, on every replica here (Kafka's
+        PeriodicProducerExpirationCheck, leaders and followers alike): P-EXPIRE with the
+        producer.id.expiration.ms in effect now (a dynamic broker config)."""
+        now = self.clock()
+        expiration = self._producer_expiration_ms()
+        expired = partitions = 0
+        for part in list(self._partitions.values()):
+            gone = part.expire_producers(now, expiration)
+            if gone:
+                expired += len(gone)
+                partitions += 1
+        if expired:
+            log.info("expired %d producer id states on %d partitions (producer.id.expiration.ms=%d)",
+                     expired, partitions, expiration)
 
     def _retention(self) -> None:
         """Delete whole segments below the HW that breach retention (the log's rules)."""

@@ -30,7 +30,11 @@ Rules (Kafka 2.5+ / 3.x, origin CLIENT):
     batch older than the last five).
   * P-UNKNOWN: an unknown producer id is accepted at any sequence (KIP-360:
     since 2.5 the broker no longer answers UNKNOWN_PRODUCER_ID on produce;
-    its state may have been removed by retention, the client resets).
+    its state may have been removed by retention or expiry, the client resets).
+  * P-EXPIRE: a producer whose last batch's stored max timestamp is
+    producer.id.expiration.ms or more before the broker's clock is forgotten
+    (Kafka's removeExpiredProducers: on every replica, periodically, and when
+    a log is loaded); a last batch without a timestamp (-1) counts as that old.
 Replication and recovery apply batches without checks (origin REPLICATION).
 """
 from __future__ import annotations
@@ -190,6 +194,15 @@ class ProducerState:
                 del self._entries[pid]
         if self.through < log_start:
             self.through = log_start
+
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> list[int]:
+        """P-EXPIRE, triggered by the broker's periodic expiration check and by log loading:
+        forget every producer whose last batch's timestamp is `expiration_ms` or more before
+        `now_ms`. Returns their ids, ascending."""
+        gone = [pid for pid, e in sorted(self._entries.items()) if now_ms - e.batches[-1].timestamp >= expiration_ms]
+        for pid in gone:
+            del self._entries[pid]
+        return gone
 
     def reset(self, offset: int) -> None:
         """The log restarted empty at `offset`."""

@@ -573,6 +573,63 @@ async def test_a_new_empty_partition_gets_no_producer_snapshot_until_it_has_batc
     assert read_snapshot(broker.part(1).log.directory)["through"] == 1
 
 
+async def test_idle_producers_expire_on_the_periodic_check_and_their_snapshot_is_rewritten(tmp_path):
+    """P-EXPIRE: producer.id.expiration.ms after its last batch's timestamp (a dynamic broker config,
+    read at each check), a producer's state goes; its next batch is accepted at any sequence; the snapshot
+    written before is rewritten, and a replica loaded later does not bring it back."""
+    from minibroker.metadata import CLUSTER_DEFAULT, BrokerConfigRecord
+    from minibroker.storage.producer_snapshot import read_snapshot
+    b = await make_broker(tmp_path, {"producer.id.expiration.check.interval.ms": "20"})
+    b.setup(replicas=(1,))
+    pid = 77
+
+    def idem(seq: int) -> bytes:
+        return build_batch([b"v%d" % seq], timestamp_ms=b.now, producer_id=pid, producer_epoch=0, base_sequence=seq)
+    assert entries(await b.produce([], records=idem(0)))[0]["error"] == 0
+    await b.rm._snapshot_producers()
+    directory = b.part().log.directory
+    assert [p[0] for p in read_snapshot(directory)["producers"]] == [pid]
+    await b.rm.start()
+    try:
+        assert entries(await b.produce([], records=idem(5)))[0]["error"] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        b.now += 60_000
+        b.publish(BrokerConfigRecord(CLUSTER_DEFAULT, {"producer.id.expiration.ms": "60000"}))
+        await until(lambda: b.part().producers.entry(pid) is None, timeout_s=10, what="the producer to expire")
+        assert entries(await b.produce([], records=idem(5)))[0]["base_offset"] == 1     # any sequence now
+        await b.rm._snapshot_producers()
+        assert [p[0] for p in read_snapshot(directory)["producers"]] == [pid]
+        b.now += 60_000                                # it expires in its turn, with nothing appended since
+        await until(lambda: b.part().producers.entry(pid) is None, timeout_s=10, what="the second expiry")
+        await b.rm._snapshot_producers()
+        assert read_snapshot(directory)["producers"] == []                       # rewritten without it
+    finally:
+        await b.close()
+    b2 = await make_broker(tmp_path)
+    b2.now = b.now
+    b2.setup(replicas=(1,))
+    try:
+        assert b2.part().producers.entry(pid) is None and b2.part().log.log_end_offset == 2
+    finally:
+        await b2.close()
+
+
+async def test_a_replica_loaded_after_its_producers_expired_does_not_bring_them_back(tmp_path):
+    b = await make_broker(tmp_path)
+    b.setup(replicas=(1,))
+    old = b.now - 2 * 86_400_000                   # CreateTime two days back: Kafka expires it at once too
+    batch = build_batch([b"x"], timestamp_ms=old, producer_id=5, producer_epoch=0, base_sequence=0)
+    assert entries(await b.produce([], records=batch))[0]["error"] == 0
+    assert b.part().producers.entry(5) is not None           # until the next check
+    await b.rm._snapshot_producers()
+    await b.close()
+    b2 = await make_broker(tmp_path)
+    b2.setup(replicas=(1,))
+    try:
+        assert b2.part().producers.entry(5) is None
+    finally:
+        await b2.close()
+
+
 # ------------------------------------------------------------------ retention (D10)
 
 

@@ -6,6 +6,8 @@ original offset and is not stored again, a gap is OUT_OF_ORDER_SEQUENCE_NUMBER,
 an older epoch INVALID_PRODUCER_EPOCH."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 pytest.importorskip("kafka")
@@ -26,7 +28,9 @@ def idem_batch(pid: int, epoch: int, seq: int, n: int, tag: str = "v") -> bytes:
     b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=pid,
                                   producer_epoch=epoch, base_sequence=seq, batch_size=1 << 20)
     for i in range(n):
-        b.append(i, timestamp=1_700_000_000_000, key=None, value=f"{tag}{seq + i}".encode(), headers=[])
+        # now, not a fixed date: a producer whose last batch is over producer.id.expiration.ms (a day) old
+        # expires at the broker's next check, as in Kafka
+        b.append(i, timestamp=int(time.time() * 1000), key=None, value=f"{tag}{seq + i}".encode(), headers=[])
     return bytes(b.build())
 
 
@@ -96,3 +100,41 @@ def test_a_sequence_gap_and_an_older_epoch_are_refused(shared_cluster):
         assert produce(k, "idem-gap", idem_batch(pid, 1, 5, 1))[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
         assert produce(k, "idem-gap", idem_batch(pid, 0, 1, 1))[0] == ErrorCode.INVALID_PRODUCER_EPOCH
         assert log_end(k, "idem-gap") == 1
+
+
+def test_an_idle_producer_expires_after_producer_id_expiration_ms_as_altered_by_a_kafka_admin(cluster_factory):
+    """P-EXPIRE on real processes: with Kafka's default (one day) a gap is OUT_OF_ORDER_SEQUENCE_NUMBER; once
+    confluent-kafka's AdminClient sets the cluster-wide producer.id.expiration.ms (dynamic, as in Kafka) the
+    producer's state expires at the next check and its next batch is accepted at any sequence (KIP-360).
+    (Set on the leader: librdkafka refuses the empty name of the cluster-wide default; Kafka allows a
+    cluster-wide config per broker too.)"""
+    from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
+                                       ResourceType)
+
+    from minibroker.testing.wait import until_sync
+    c = cluster_factory(overrides={"producer.id.expiration.check.interval.ms": "200"}, proxied=False)
+    create_topic(c, "idem-expire", partitions=1)
+    leader, _epoch, addr = leader_of(c, "idem-expire")
+
+    def batch(pid: int, epoch: int, seq: int) -> bytes:
+        b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=pid,
+                                      producer_epoch=epoch, base_sequence=seq, batch_size=1 << 20)
+        b.append(0, timestamp=int(time.time() * 1000), key=None, value=b"s%d" % seq, headers=[])
+        return bytes(b.build())
+    with RawKafka(addr) as k:
+        pid, epoch = init_pid(k)
+        assert produce(k, "idem-expire", batch(pid, epoch, 0)) == (0, 0)
+        assert produce(k, "idem-expire", batch(pid, epoch, 9))[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        admin = AdminClient({"bootstrap.servers": c.kafka_bootstrap})
+        on_leader = ConfigResource(ResourceType.BROKER, str(leader), incremental_configs=[ConfigEntry(
+            "producer.id.expiration.ms", "1000", incremental_operation=AlterConfigOpType.SET)])
+        for f in admin.incremental_alter_configs([on_leader]).values():
+            f.result(timeout=30)
+        answers: list[tuple[int, int]] = []
+
+        def accepted() -> bool:
+            answers.append(produce(k, "idem-expire", batch(pid, epoch, 9)))
+            return answers[-1][0] == 0
+        until_sync(accepted, "the producer's state to expire on the leader", timeout_s=30)
+        assert {code for code, _ in answers[:-1]} <= {ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER}
+        assert answers[-1] == (0, 1) and log_end(k, "idem-expire") == 2        # nothing else was written

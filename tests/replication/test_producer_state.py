@@ -54,6 +54,9 @@ class Log:
             self.state.truncate_to(n[0])
             self.leo = n[0]
             return f"leo={self.leo}"
+        if cmd == "expire":
+            gone = self.state.remove_expired(n[0], n[1])
+            return f"expired={gone} producers={len(self.state)}"
         if cmd == "head":
             self.state.truncate_head(n[0])
             return f"producers={len(self.state)}"

@@ -8,8 +8,11 @@ barriers (parked JoinGroup/SyncGroup requests are answered by decisions
 later, when the barrier completes), session, rebalance and initial-delay
 deadlines driven by `now_ms`, the fencing of stale members
 (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS), the
-validation of offset commits against the generation, and the group's
-committed offsets.
+validation of offset commits against the generation, static membership
+(KIP-345: which member id holds each group instance id, a restarted static
+member taking its old member's place and assignment without a rebalance,
+FENCED_INSTANCE_ID for the member id it replaced), and the group's committed
+offsets.
 
 Must not know: sockets, the log or how records are encoded (the driver,
 minibroker.coordinator.service, stores what `StoreGroup` and commits
@@ -22,7 +25,9 @@ member has rejoined or the largest rebalance timeout passes (members that
 did not rejoin are removed); the first rebalance of an Empty group waits
 group.initial.rebalance.delay.ms more for others to join; the leader's
 SyncGroup carries every member's assignment, which the group stores before
-answering the parked SyncGroups.
+answering the parked SyncGroups. A static member that has not rejoined
+stays in the next generation (only dynamic ones are removed there); its
+session timeout removes it.
 """
 from __future__ import annotations
 
@@ -97,6 +102,8 @@ class JoinResponse:
     member_id: str = NO_MEMBER
     # (member id, group instance id, metadata): filled for the leader only.
     members: tuple[tuple[str, str | None, bytes], ...] = ()
+    # JoinGroup v9+: a static leader rejoining a Stable group keeps the assignment it made (KIP-814).
+    skip_assignment: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,7 +124,7 @@ class StoreGroup:
 
 @dataclass(frozen=True)
 class GroupEvent:
-    kind: str          # group_state | member_joined | member_removed | generation
+    kind: str          # group_state | member_joined | member_removed | member_replaced
     before: str
     after: str
     reason: str
@@ -141,6 +148,8 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)
     # member id -> deadline to rejoin with it (MEMBER_ID_REQUIRED handed out).
     pending: dict[str, int] = field(default_factory=dict)
+    # Invariant: group instance id -> the member id holding it, exactly for the members with one.
+    static_members: dict[str, str] = field(default_factory=dict)
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     # When each offset's and the metadata's latest record was written (minibroker.coordinator.retention).
     offset_written_ms: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -156,8 +165,10 @@ class Group:
     def maybe_join(self, token: int, member_id: str, group_instance_id: str | None, client_id: str,
                    client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
                    protocols: list[tuple[str, bytes]], require_known_member_id: bool, new_member_id: str,
-                   now_ms: int) -> list[Decision]:
-        """Triggered by a JoinGroup request; `new_member_id` is the id a member joining without one gets."""
+                   now_ms: int, supports_skip_assignment: bool = False) -> list[Decision]:
+        """Triggered by a JoinGroup request; `new_member_id` is the id a member joining without one gets.
+        A static member (`group_instance_id`) joining without a member id gets one at once (no
+        MEMBER_ID_REQUIRED round trip, as Kafka) and, if its instance id is held, takes that member's place."""
         s = self.settings
         if self.state is GroupState.DEAD:
             return [JoinResponse(token, ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id=member_id)]
@@ -165,7 +176,16 @@ class Group:
             return [JoinResponse(token, ErrorCode.INVALID_SESSION_TIMEOUT, member_id=member_id)]
         if not protocol_type or not protocols or not self._supports(protocol_type, protocols):
             return [JoinResponse(token, ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)]
-        if member_id == NO_MEMBER:
+        if member_id == NO_MEMBER and group_instance_id is not None:
+            held = self.static_members.get(group_instance_id)
+            if held is not None:
+                return self._replace_static(token, group_instance_id, held, new_member_id, session_timeout_ms,
+                                            rebalance_timeout_ms, protocols, supports_skip_assignment, now_ms)
+            if len(self.members) + len(self.pending) >= s.max_size:
+                return [JoinResponse(token, ErrorCode.UNKNOWN_SERVER_ERROR)]
+            member_id = new_member_id
+            self.pending[member_id] = now_ms + session_timeout_ms
+        elif member_id == NO_MEMBER:
             if len(self.members) + len(self.pending) >= s.max_size:
                 return [JoinResponse(token, ErrorCode.UNKNOWN_SERVER_ERROR)]
             if require_known_member_id:
@@ -174,19 +194,25 @@ class Group:
             member_id = new_member_id
             self.pending[member_id] = now_ms + session_timeout_ms
         if member_id in self.pending:
+            if group_instance_id is not None and group_instance_id in self.static_members:
+                return [JoinResponse(token, ErrorCode.FENCED_INSTANCE_ID, member_id=member_id)]
             del self.pending[member_id]
             self.members[member_id] = Member(member_id, group_instance_id, client_id, client_host,
                                              session_timeout_ms, rebalance_timeout_ms, protocol_type,
                                              list(protocols), last_heartbeat_ms=now_ms, join_token=token)
+            if group_instance_id is not None:
+                self.static_members[group_instance_id] = member_id
             if self.protocol_type is None:
                 self.protocol_type = protocol_type
+            static = f", group instance id {group_instance_id}" if group_instance_id is not None else ""
             out: list[Decision] = [GroupEvent("member_joined", "", member_id,
-                                              f"member {member_id} ({client_id}) joins group {self.group_id}")]
+                                              f"member {member_id} ({client_id}{static}) joins group {self.group_id}")]
             return out + self._maybe_prepare_rebalance(now_ms, f"adding new member {member_id}") \
                 + self._maybe_complete_join(now_ms)
-        m = self.members.get(member_id)
-        if m is None:
-            return [JoinResponse(token, ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id)]
+        error = self.validate_member(member_id, group_instance_id)
+        if error != ErrorCode.NONE:
+            return [JoinResponse(token, error, member_id=member_id)]
+        m = self.members[member_id]
         changed = m.protocols != list(protocols)
         m.session_timeout_ms, m.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
         m.last_heartbeat_ms = now_ms
@@ -206,6 +232,61 @@ class Group:
         reason = "leader rejoins" if member_id == self.leader and not changed else \
             f"member {member_id} changes its protocol metadata"
         return self._maybe_prepare_rebalance(now_ms, reason) + self._maybe_complete_join(now_ms)
+
+    def validate_member(self, member_id: str, group_instance_id: str | None) -> ErrorCode:
+        """Kafka's validateMember, for every request naming a member: a group instance id must be held,
+        by this member id (else FENCED_INSTANCE_ID: a newer instance took it), and the member must exist."""
+        if group_instance_id is not None:
+            held = self.static_members.get(group_instance_id)
+            if held is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if held != member_id:
+                return ErrorCode.FENCED_INSTANCE_ID
+        return ErrorCode.NONE if member_id in self.members else ErrorCode.UNKNOWN_MEMBER_ID
+
+    def _replace_static(self, token: int, instance: str, old_id: str, new_id: str, session_timeout_ms: int,
+                        rebalance_timeout_ms: int, protocols: list[tuple[str, bytes]], supports_skip_assignment: bool,
+                        now_ms: int) -> list[Decision]:
+        """Kafka's updateStaticMemberThenRebalanceOrCompleteJoin: a static member restarted (it joins
+        without a member id) takes its old member's place, assignment and leadership under `new_id`; a
+        request the old member id still has parked is answered FENCED_INSTANCE_ID. A Stable group whose
+        selected protocol does not change is stored and answered at once, without a rebalance."""
+        old = self.members.pop(old_id)
+        out: list[Decision] = []
+        if old.join_token is not None:
+            out.append(JoinResponse(old.join_token, ErrorCode.FENCED_INSTANCE_ID, member_id=old_id))
+        if old.sync_token is not None:
+            out.append(SyncResponse(old.sync_token, ErrorCode.FENCED_INSTANCE_ID))
+        current_leader = self.leader
+        m = Member(new_id, instance, old.client_id, old.client_host, session_timeout_ms, rebalance_timeout_ms,
+                   old.protocol_type, list(protocols), old.assignment, last_heartbeat_ms=now_ms, join_token=token)
+        self.members[new_id] = m
+        self.static_members[instance] = new_id
+        if self.leader == old_id:
+            self.leader = new_id
+        out.append(GroupEvent("member_replaced", old_id, new_id, f"group {self.group_id}: static member {instance} "
+                                                                 f"rejoins as {new_id}, replacing {old_id}"))
+        if self.state is GroupState.STABLE:
+            if self._select_protocol() == self.protocol_name:
+                m.join_token = None
+                if supports_skip_assignment:
+                    answer = self._join_response(m, token)
+                    answer = JoinResponse(token, ErrorCode.NONE, self.generation_id, self.protocol_type,
+                                          self.protocol_name, self.leader, new_id, answer.members,
+                                          skip_assignment=new_id == self.leader)
+                else:                   # the old leader id: a leader must not assign again in a Stable group
+                    answer = JoinResponse(token, ErrorCode.NONE, self.generation_id, self.protocol_type,
+                                          self.protocol_name, current_leader, new_id)
+                return out + [StoreGroup(self.group_id, self.generation_id), answer]
+            return out + self._maybe_prepare_rebalance(
+                now_ms, f"static member {instance} rejoined as {new_id} with a change of the selected protocol") \
+                + self._maybe_complete_join(now_ms)
+        if self.state is GroupState.COMPLETING_REBALANCE:
+            # The leader may be assigning under the old member id: rebalance so the new one gets its share.
+            return out + self._maybe_prepare_rebalance(now_ms, f"static member {instance} rejoined as {new_id} "
+                                                               "while the group was completing a rebalance") \
+                + self._maybe_complete_join(now_ms)
+        return out + self._maybe_complete_join(now_ms)
 
     def _supports(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
         if not self.members:
@@ -279,9 +360,15 @@ class Group:
             return []
         out: list[Decision] = []
         for m in list(self.members.values()):
-            if m.join_token is None:
+            if m.join_token is None and m.group_instance_id is None:
                 out += self._remove(m.member_id, f"member {m.member_id} did not rejoin before the "
                                                  f"rebalance timeout ({m.rebalance_timeout_ms} ms)")
+        joined = [m.member_id for m in self.members.values() if m.join_token is not None]
+        if self.members and not joined:
+            # Only static members that have not rejoined: wait another rebalance timeout for them
+            # (Kafka's "could not complete rebalance because no members rejoined").
+            self.join_deadline_ms = now_ms + self._rebalance_timeout()
+            return out
         self.pending.clear()
         self.generation_id += 1
         self.join_deadline_ms = -1
@@ -292,17 +379,17 @@ class Group:
             out += self._transition(GroupState.EMPTY, now_ms, f"generation {self.generation_id} has no members")
             out.append(StoreGroup(self.group_id, self.generation_id))
             return out
-        if self.leader not in self.members:
-            self.leader = next(iter(self.members))
+        if self.leader not in joined:
+            self.leader = joined[0]                   # Kafka's maybeElectNewJoinedLeader
         self.protocol_name = self._select_protocol()
         out += self._transition(GroupState.COMPLETING_REBALANCE, now_ms,
                                 f"generation {self.generation_id} with {len(self.members)} member(s), "
                                 f"leader {self.leader}, protocol {self.protocol_name}")
         self.sync_deadline_ms = now_ms + self._rebalance_timeout()
         for m in self.members.values():
-            assert m.join_token is not None
-            out.append(self._join_response(m, m.join_token))
-            m.join_token = None
+            if m.join_token is not None:          # a static member that has not rejoined gets no answer
+                out.append(self._join_response(m, m.join_token))
+                m.join_token = None
             m.last_heartbeat_ms = now_ms
         return out
 
@@ -320,6 +407,8 @@ class Group:
 
     def _remove(self, member_id: str, reason: str) -> list[Decision]:
         m = self.members.pop(member_id)
+        if m.group_instance_id is not None and self.static_members.get(m.group_instance_id) == member_id:
+            del self.static_members[m.group_instance_id]
         out: list[Decision] = [GroupEvent("member_removed", member_id, "", f"group {self.group_id}: {reason}")]
         if m.join_token is not None:
             out.append(JoinResponse(m.join_token, ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id))
@@ -332,13 +421,15 @@ class Group:
     # ------------------------------------------------------------------ SyncGroup
 
     def maybe_sync(self, token: int, member_id: str, generation_id: int, protocol_type: str | None,
-                   protocol_name: str | None, assignments: list[tuple[str, bytes]], now_ms: int) -> list[Decision]:
+                   protocol_name: str | None, assignments: list[tuple[str, bytes]], now_ms: int,
+                   group_instance_id: str | None = None) -> list[Decision]:
         """Triggered by a SyncGroup request (the leader's carries every member's assignment)."""
         if self.state is GroupState.DEAD:
             return [SyncResponse(token, ErrorCode.COORDINATOR_NOT_AVAILABLE)]
-        m = self.members.get(member_id)
-        if m is None:
-            return [SyncResponse(token, ErrorCode.UNKNOWN_MEMBER_ID)]
+        error = self.validate_member(member_id, group_instance_id)
+        if error != ErrorCode.NONE:
+            return [SyncResponse(token, error)]
+        m = self.members[member_id]
         if generation_id != self.generation_id:
             return [SyncResponse(token, ErrorCode.ILLEGAL_GENERATION)]
         if (protocol_type is not None and protocol_type != self.protocol_type) or \
@@ -381,12 +472,16 @@ class Group:
 
     # ------------------------------------------------------------------ Heartbeat / LeaveGroup
 
-    def heartbeat(self, member_id: str, generation_id: int, now_ms: int) -> ErrorCode:
+    def heartbeat(self, member_id: str, generation_id: int, now_ms: int,
+                  group_instance_id: str | None = None) -> ErrorCode:
         """Triggered by a Heartbeat request."""
         if self.state is GroupState.DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        m = self.members.get(member_id)
-        if self.state is GroupState.EMPTY or m is None:
+        error = self.validate_member(member_id, group_instance_id)
+        if error != ErrorCode.NONE:
+            return error
+        m = self.members[member_id]
+        if self.state is GroupState.EMPTY:
             return ErrorCode.UNKNOWN_MEMBER_ID
         if generation_id != self.generation_id:
             return ErrorCode.ILLEGAL_GENERATION
@@ -395,21 +490,32 @@ class Group:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
 
-    def maybe_leave(self, member_ids: list[str], now_ms: int) -> tuple[list[ErrorCode], list[Decision]]:
-        """Triggered by a LeaveGroup request: one error per member, and what the leaving triggers."""
+    def maybe_leave(self, members: list[tuple[str, str | None]], now_ms: int) -> tuple[list[ErrorCode], list[Decision]]:
+        """Triggered by a LeaveGroup request naming (member id, group instance id) pairs: one error per
+        member, and what the leaving triggers. An empty member id with a group instance id removes the
+        static member holding it (an administrative removal, `kafka-consumer-groups --delete-members`)."""
         errors: list[ErrorCode] = []
         out: list[Decision] = []
-        for mid in member_ids:
+        for mid, instance in members:
             if self.state is GroupState.DEAD:
                 errors.append(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-            elif mid in self.pending:
+                continue
+            if mid == NO_MEMBER:
+                held = self.static_members.get(instance) if instance is not None else None
+                if held is None:
+                    errors.append(ErrorCode.UNKNOWN_MEMBER_ID)
+                else:
+                    errors.append(ErrorCode.NONE)
+                    out += self._member_gone(held, now_ms, f"static member {instance} ({held}) removed by request")
+                continue
+            if mid in self.pending:
                 del self.pending[mid]
                 errors.append(ErrorCode.NONE)
                 out += self._maybe_complete_join(now_ms)
-            elif mid not in self.members:
-                errors.append(ErrorCode.UNKNOWN_MEMBER_ID)
-            else:
-                errors.append(ErrorCode.NONE)
+                continue
+            error = self.validate_member(mid, instance)
+            errors.append(error)
+            if error == ErrorCode.NONE:
                 out += self._member_gone(mid, now_ms, f"member {mid} left the group")
         return errors, out
 
@@ -443,15 +549,16 @@ class Group:
 
     # ------------------------------------------------------------------ offsets and admin
 
-    def validate_commit(self, member_id: str, generation_id: int) -> ErrorCode:
+    def validate_commit(self, member_id: str, generation_id: int, group_instance_id: str | None = None) -> ErrorCode:
         """Kafka's doCommitOffsets checks: a simple (generation -1) commit only to an Empty group,
-        else the committing member's generation must be the current one."""
+        else the committing member (and its group instance id) and its generation must be current."""
         if self.state is GroupState.DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if generation_id < 0 and member_id == NO_MEMBER and self.state is GroupState.EMPTY:
             return ErrorCode.NONE
-        if member_id not in self.members:
-            return ErrorCode.UNKNOWN_MEMBER_ID
+        error = self.validate_member(member_id, group_instance_id)
+        if error != ErrorCode.NONE:
+            return error
         if generation_id != self.generation_id:
             return ErrorCode.ILLEGAL_GENERATION
         if self.state is GroupState.COMPLETING_REBALANCE:

@@ -47,20 +47,21 @@ def group_handlers(gc: Callable[[], GroupCoordinator | None]) -> dict[ApiKey, Ha
             r = await c.join(body["group_id"], body["member_id"], body["group_instance_id"], ctx.client_id,
                              _client_host(ctx), session, rebalance, body["protocol_type"],
                              [(p["name"], p["metadata"]) for p in body["protocols"]],
-                             body.get("require_known_member_id", True))
+                             body.get("require_known_member_id", True), body.get("supports_skip_assignment", False))
         except NotCoordinator as exc:
             return {"error": int(exc.code), "message": str(exc), "generation_id": -1, "protocol_type": None,
                     "protocol_name": None, "leader": "", "member_id": body["member_id"], "members": []}
         return {"error": int(r.error), "message": "", "generation_id": r.generation_id,
                 "protocol_type": r.protocol_type, "protocol_name": r.protocol_name, "leader": r.leader,
-                "member_id": r.member_id,
+                "member_id": r.member_id, "skip_assignment": r.skip_assignment,
                 "members": [{"member_id": m, "group_instance_id": i, "metadata": meta} for m, i, meta in r.members]}
 
     async def sync_group(ctx: Any, body: dict[str, Any]) -> dict[str, Any]:
         try:
             r = await coordinator().sync(body["group_id"], body["member_id"], body["generation_id"],
                                          body.get("protocol_type"), body.get("protocol_name"),
-                                         [(a["member_id"], a["assignment"]) for a in body["assignments"]])
+                                         [(a["member_id"], a["assignment"]) for a in body["assignments"]],
+                                         body.get("group_instance_id"))
         except NotCoordinator as exc:
             return {"error": int(exc.code), "message": str(exc), "protocol_type": None, "protocol_name": None,
                     "assignment": b""}
@@ -69,14 +70,18 @@ def group_handlers(gc: Callable[[], GroupCoordinator | None]) -> dict[ApiKey, Ha
 
     async def heartbeat(ctx: Any, body: dict[str, Any]) -> dict[str, Any]:
         try:
-            code = coordinator().heartbeat(body["group_id"], body["member_id"], body["generation_id"])
+            code = coordinator().heartbeat(body["group_id"], body["member_id"], body["generation_id"],
+                                           body.get("group_instance_id"))
         except NotCoordinator as exc:
             return {"error": int(exc.code), "message": str(exc)}
         return {"error": int(code), "message": ""}
 
     async def leave_group(ctx: Any, body: dict[str, Any]) -> dict[str, Any]:
         try:
-            errors = coordinator().leave(body["group_id"], body["members"])
+            members = body["members"]
+            instances = body.get("group_instance_ids") or []
+            errors = coordinator().leave(body["group_id"], [(m, instances[i] if i < len(instances) else None)
+                                                            for i, m in enumerate(members)])
         except NotCoordinator as exc:
             return {"error": int(exc.code), "message": str(exc), "members": []}
         return {"error": 0, "message": "", "members": [{"member_id": m, "error": int(e)}
@@ -96,7 +101,8 @@ def group_handlers(gc: Callable[[], GroupCoordinator | None]) -> dict[ApiKey, Ha
                     result[(t["topic"], p["partition"])] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         if offsets:
             try:
-                result.update(await c.commit(body["group_id"], body["generation_id"], body["member_id"], offsets))
+                result.update(await c.commit(body["group_id"], body["generation_id"], body["member_id"], offsets,
+                                             body.get("group_instance_id")))
             except NotCoordinator as exc:
                 result.update({(t, p): exc.code for t, p, *_ in offsets})
         return {"topics": [{"topic": t["topic"], "partitions": [

@@ -205,6 +205,7 @@ def replay_group_value(g: Group, data: bytes, now_ms: int) -> None:
     g.leader = leader or ""
     g.state_timestamp_ms = ts
     g.members = members
+    g.static_members = {m.group_instance_id: mid for mid, m in members.items() if m.group_instance_id is not None}
     g.state = GroupState.STABLE if members else GroupState.EMPTY
 
 

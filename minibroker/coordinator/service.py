@@ -364,7 +364,11 @@ class GroupCoordinator:
             g.metadata_written_ms = now_ms()
             self._answer(responses)
             return
-        failed = [SyncResponse(r.token, code) if isinstance(r, SyncResponse) else r for r in responses]
+        # What waited for the store fails with its error (a JoinResponse only if it was a success: a static
+        # member's rejoin of a Stable group; the error answers of members removed stand).
+        failed = [SyncResponse(r.token, code) if isinstance(r, SyncResponse)
+                  else JoinResponse(r.token, code, member_id=r.member_id) if r.error == ErrorCode.NONE else r
+                  for r in responses]
         self._answer(failed)
         if self.shards.get(s.partition) is s and g.group_id in s.groups:
             self._apply(s, g, g.maybe_store_failed(now_ms(), error_name(code)))
@@ -399,7 +403,8 @@ class GroupCoordinator:
 
     async def join(self, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
                    client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
-                   protocols: list[tuple[str, bytes]], require_known_member_id: bool) -> JoinResponse:
+                   protocols: list[tuple[str, bytes]], require_known_member_id: bool,
+                   supports_skip_assignment: bool = False) -> JoinResponse:
         if not group_id:
             return JoinResponse(0, ErrorCode.INVALID_GROUP_ID, member_id=member_id)
         s = self._shard(group_id)
@@ -409,37 +414,40 @@ class GroupCoordinator:
         token = next(self._tokens)
         decisions = g.maybe_join(token, member_id, group_instance_id, client_id, client_host, session_timeout_ms,
                                  rebalance_timeout_ms, protocol_type, protocols, require_known_member_id,
-                                 self.new_member_id(client_id), now_ms())
+                                 self.new_member_id(client_id), now_ms(), supports_skip_assignment)
         r = await self._park(s, g, token, decisions)
         assert isinstance(r, JoinResponse)
         return r
 
     async def sync(self, group_id: str, member_id: str, generation_id: int, protocol_type: str | None,
-                   protocol_name: str | None, assignments: list[tuple[str, bytes]]) -> SyncResponse:
+                   protocol_name: str | None, assignments: list[tuple[str, bytes]],
+                   group_instance_id: str | None = None) -> SyncResponse:
         s = self._shard(group_id)
         g = self._group(s, group_id, create=False)
         if g is None:
             return SyncResponse(0, ErrorCode.UNKNOWN_MEMBER_ID)
         token = next(self._tokens)
         decisions = g.maybe_sync(token, member_id, generation_id, protocol_type, protocol_name, assignments,
-                                 now_ms())
+                                 now_ms(), group_instance_id)
         r = await self._park(s, g, token, decisions)
         assert isinstance(r, SyncResponse)
         return r
 
-    def heartbeat(self, group_id: str, member_id: str, generation_id: int) -> ErrorCode:
+    def heartbeat(self, group_id: str, member_id: str, generation_id: int,
+                  group_instance_id: str | None = None) -> ErrorCode:
         s = self._shard(group_id)
         g = self._group(s, group_id, create=False)
         if g is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
-        return g.heartbeat(member_id, generation_id, now_ms())
+        return g.heartbeat(member_id, generation_id, now_ms(), group_instance_id)
 
-    def leave(self, group_id: str, member_ids: list[str]) -> list[ErrorCode]:
+    def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> list[ErrorCode]:
+        """LeaveGroup: (member id, group instance id) each."""
         s = self._shard(group_id)
         g = self._group(s, group_id, create=False)
         if g is None:
-            return [ErrorCode.UNKNOWN_MEMBER_ID for _ in member_ids]
-        errors, decisions = g.maybe_leave(member_ids, now_ms())
+            return [ErrorCode.UNKNOWN_MEMBER_ID for _ in members]
+        errors, decisions = g.maybe_leave(members, now_ms())
         self._apply(s, g, decisions)
         return errors
 
@@ -450,7 +458,8 @@ class GroupCoordinator:
         return self.broker.image.partition(topic, partition) is not None
 
     async def commit(self, group_id: str, generation_id: int, member_id: str,
-                     offsets: list[tuple[str, int, int, int, str]]) -> dict[tuple[str, int], ErrorCode]:
+                     offsets: list[tuple[str, int, int, int, str]],
+                     group_instance_id: str | None = None) -> dict[tuple[str, int], ErrorCode]:
         """OffsetCommit: (topic, partition, offset, leader epoch, metadata) each; written with acks=all
         before the group's view moves."""
         s = self._shard(group_id)
@@ -458,7 +467,7 @@ class GroupCoordinator:
         if g is None:
             code = ErrorCode.ILLEGAL_GENERATION
         else:
-            code = g.validate_commit(member_id, generation_id)
+            code = g.validate_commit(member_id, generation_id, group_instance_id)
         out: dict[tuple[str, int], ErrorCode] = {}
         if code != ErrorCode.NONE:
             return {(t, p): code for t, p, *_ in offsets}

@@ -433,7 +433,9 @@ class KafkaApis:
                 "protocol_type": r.protocol_type, "protocols": [{"name": p.name, "metadata": p.metadata or b""}
                                                                 for p in r.protocols],
                 # KIP-394: v4+ clients are asked to rejoin with the member id they are given.
-                "require_known_member_id": v >= 4}
+                "require_known_member_id": v >= 4,
+                # KIP-814: v9+ a static leader rejoining a Stable group is told to skip the assignment.
+                "supports_skip_assignment": v >= 9}
         try:
             a = await self._group_call(conn, req, ApiKey.JOIN_GROUP, body)
         except KafkaError as exc:
@@ -443,13 +445,14 @@ class KafkaApis:
         return {"throttle_time_ms": 0, "error_code": a["error"], "generation_id": a["generation_id"],
                 "protocol_type": a["protocol_type"] if nullable else (a["protocol_type"] or ""),
                 "protocol_name": a["protocol_name"] if nullable else (a["protocol_name"] or ""),
-                "leader": a["leader"], "skip_assignment": False, "member_id": a["member_id"],
+                "leader": a["leader"], "skip_assignment": bool(a.get("skip_assignment")), "member_id": a["member_id"],
                 "members": [{"member_id": m["member_id"], "group_instance_id": m["group_instance_id"],
                              "metadata": m["metadata"]} for m in a["members"]]}
 
     async def _sync_group(self, conn: KafkaConnection, req: _Request) -> dict:
         r, v = req.body, req.version
         body = {"group_id": r.group_id, "generation_id": r.generation_id, "member_id": r.member_id,
+                "group_instance_id": r.group_instance_id if v >= 3 else None,
                 "protocol_type": r.protocol_type if v >= 5 else None,
                 "protocol_name": r.protocol_name if v >= 5 else None,
                 "assignments": [{"member_id": a.member_id, "assignment": a.assignment or b""}
@@ -465,7 +468,8 @@ class KafkaApis:
         r = req.body
         try:
             a = await self._group_call(conn, req, ApiKey.HEARTBEAT, {
-                "group_id": r.group_id, "generation_id": r.generation_id, "member_id": r.member_id})
+                "group_id": r.group_id, "generation_id": r.generation_id, "member_id": r.member_id,
+                "group_instance_id": r.group_instance_id if req.version >= 3 else None})
         except KafkaError as exc:
             a = {"error": int(exc.code)}
         return {"throttle_time_ms": 0, "error_code": a["error"]}
@@ -473,9 +477,11 @@ class KafkaApis:
     async def _leave_group(self, conn: KafkaConnection, req: _Request) -> dict:
         r, v = req.body, req.version
         members = [m.member_id for m in r.members or []] if v >= 3 else [r.member_id]
+        instances = [m.group_instance_id for m in r.members or []] if v >= 3 else [None]
         self._check_size(len(members))
         try:
-            a = await self._group_call(conn, req, ApiKey.LEAVE_GROUP, {"group_id": r.group_id, "members": members})
+            a = await self._group_call(conn, req, ApiKey.LEAVE_GROUP, {"group_id": r.group_id, "members": members,
+                                                                      "group_instance_ids": instances})
         except KafkaError as exc:
             a = {"error": int(exc.code), "members": []}
         errors = a["members"]
@@ -483,7 +489,8 @@ class KafkaApis:
         if v < 3 and not top and errors:
             top = errors[0]["error"]          # one member: its error is the request's
         return {"throttle_time_ms": 0, "error_code": top, "members": [
-            {"member_id": e["member_id"], "group_instance_id": None, "error_code": e["error"]} for e in errors]}
+            {"member_id": e["member_id"], "group_instance_id": i, "error_code": e["error"]}
+            for e, i in zip(errors, instances, strict=False)]}
 
     async def _offset_commit(self, conn: KafkaConnection, req: _Request) -> dict:
         r, v = req.body, req.version
@@ -493,7 +500,8 @@ class KafkaApis:
             for p in t.partitions]} for t in r.topics]
         self._check_size(sum(len(t["partitions"]) for t in topics))
         body = {"group_id": r.group_id, "generation_id": r.generation_id_or_member_epoch,
-                "member_id": r.member_id or "", "topics": topics}
+                "member_id": r.member_id or "", "topics": topics,
+                "group_instance_id": r.group_instance_id if v >= 7 else None}
         try:
             a = await self._group_call(conn, req, ApiKey.OFFSET_COMMIT, body)
         except KafkaError as exc:

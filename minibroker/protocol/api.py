@@ -126,14 +126,18 @@ REQUESTS: dict[ApiKey, dict[str, Any]] = {
     },
     ApiKey.SYNC_GROUP: {
         "group_id": str, "generation_id": int, "member_id": str,
+        "group_instance_id": Opt(Nullable(str), None),
         "assignments": Opt([{"member_id": str, "assignment": bytes}], []),   # the leader's only
     },
-    ApiKey.HEARTBEAT: {"group_id": str, "generation_id": int, "member_id": str},
-    ApiKey.LEAVE_GROUP: {"group_id": str, "members": [str]},
+    ApiKey.HEARTBEAT: {"group_id": str, "generation_id": int, "member_id": str,
+                       "group_instance_id": Opt(Nullable(str), None)},
+    # members[i] leaves as group_instance_ids[i] (when given): "" with an instance id removes that static member
+    ApiKey.LEAVE_GROUP: {"group_id": str, "members": [str], "group_instance_ids": Opt([Nullable(str)], [])},
     ApiKey.OFFSET_COMMIT: {
         "group_id": str,
         "generation_id": Opt(int, -1),          # -1 with member_id "": a commit to an Empty group (tools)
         "member_id": Opt(str, ""),
+        "group_instance_id": Opt(Nullable(str), None),
         "topics": [{"topic": str, "partitions": [{
             "partition": int, "offset": int, "leader_epoch": Opt(int, -1), "metadata": Opt(str, "")}]}],
     },

@@ -5,10 +5,12 @@ the golden output).
 Commands (every time is `now=` ms; tokens number the requests, printed as #N):
   group [delay=] [min-session=]        a new Empty group (initial rebalance delay, default 0)
   join now= [member=] [new-id=] [client=] [session=] [rebalance=] [protocols=range:a,roundrobin:b]
-       [v3]                           (v3: no MEMBER_ID_REQUIRED round trip)
-  sync now= member= gen= [assign=m1:x,m2:y]
-  heartbeat now= member= gen=     leave now= members=a,b     tick now=
-  commit member= gen=             delete now=                state
+       [instance=] [v3] [v9]        (v3: no MEMBER_ID_REQUIRED round trip; v9: skip_assignment served;
+                                     instance=: a static member's group instance id, KIP-345)
+  sync now= member= gen= [assign=m1:x,m2:y] [instance=]
+  heartbeat now= member= gen= [instance=]     tick now=
+  leave now= members=a,b@i,@j     (member@instance; @instance alone: removal by instance id)
+  commit member= gen= [instance=]    delete now=                state
   store-failed now= [error=]       (the driver could not write the group's metadata)
 Each command prints the decisions the core returned, then the group's state.
 """
@@ -44,7 +46,9 @@ def decision_line(d: Decision) -> str:
         if d.generation_id >= 0:
             s += f" gen={d.generation_id} protocol={d.protocol_name} leader={d.leader}"
         if d.members:
-            s += " members=" + ",".join(f"{m}:{meta.decode()}" for m, _, meta in d.members)
+            s += " members=" + ",".join(f"{m}{'@' + i if i else ''}:{meta.decode()}" for m, i, meta in d.members)
+        if d.skip_assignment:
+            s += " skip-assignment"
         return s
     if isinstance(d, SyncResponse):
         s = f"sync-response #{d.token} {d.error.name}"
@@ -68,7 +72,8 @@ class Scenario:
     def state_line(self) -> str:
         g = self.group
         assert g is not None
-        members = ",".join(g.members) or "-"
+        members = ",".join(m + (f"@{x.group_instance_id}" if x.group_instance_id else "")
+                           for m, x in g.members.items()) or "-"
         return (f"state {g.state.value} gen={g.generation_id} leader={g.leader or '-'} members={members}"
                 + (f" pending={','.join(g.pending)}" if g.pending else ""))
 
@@ -81,27 +86,30 @@ class Scenario:
         now = cmd.num("now", 0)
         out: list[str] = []
         decisions: list[Decision] = []
+        instance = cmd.text("instance", "") or None
         if cmd.name == "join":
             self.token += 1
-            decisions = g.maybe_join(self.token, cmd.text("member", ""), None, cmd.text("client", "c"), "/127.0.0.1",
+            decisions = g.maybe_join(self.token, cmd.text("member", ""), instance,
+                                     cmd.text("client", "c"), "/127.0.0.1",
                                      cmd.num("session", 10_000), cmd.num("rebalance", 30_000), "consumer",
                                      _pairs(cmd.text("protocols", "range:r")), not cmd.flag("v3"),
-                                     cmd.text("new-id", f"m{self.token}"), now)
+                                     cmd.text("new-id", f"m{self.token}"), now, supports_skip_assignment=cmd.flag("v9"))
             out.append(f"request #{self.token}")
         elif cmd.name == "sync":
             self.token += 1
             decisions = g.maybe_sync(self.token, cmd.text("member"), cmd.num("gen"), "consumer", None,
-                                     _pairs(cmd.text("assign", "")), now)
+                                     _pairs(cmd.text("assign", "")), now, instance)
             out.append(f"request #{self.token}")
         elif cmd.name == "heartbeat":
-            out.append(f"heartbeat {g.heartbeat(cmd.text('member'), cmd.num('gen'), now).name}")
+            out.append(f"heartbeat {g.heartbeat(cmd.text('member'), cmd.num('gen'), now, instance).name}")
         elif cmd.name == "leave":
-            errors, decisions = g.maybe_leave(cmd.text("members").split(","), now)
+            leaving = [m.partition("@") for m in cmd.text("members").split(",")]
+            errors, decisions = g.maybe_leave([(m, i or None) for m, _, i in leaving], now)
             out.append("leave " + ",".join(e.name for e in errors))
         elif cmd.name == "tick":
             decisions = g.tick(now)
         elif cmd.name == "commit":
-            out.append(f"commit {g.validate_commit(cmd.text('member', ''), cmd.num('gen', -1)).name}")
+            out.append(f"commit {g.validate_commit(cmd.text('member', ''), cmd.num('gen', -1), instance).name}")
         elif cmd.name == "delete":
             err, decisions = g.maybe_delete(now)
             out.append(f"delete {err.name}")

@@ -1,12 +1,13 @@
 """A confluent-kafka group member run as its own process by test_consumer_groups.py
 (so a test can SIGKILL it): prints `assigned P,P`, `revoked` and `record P OFFSET VALUE`
-lines, commits each record synchronously after printing it (at least once)."""
+lines, commits each record synchronously after printing it (at least once). A fifth argument
+makes it a static member (KIP-345) with that `group.instance.id`."""
 from __future__ import annotations
 
 import sys
 
 
-def main(bootstrap: str, group: str, topic: str, session_ms: str) -> None:
+def main(bootstrap: str, group: str, topic: str, session_ms: str, instance: str = "") -> None:
     from confluent_kafka import Consumer
 
     def out(line: str) -> None:
@@ -15,7 +16,8 @@ def main(bootstrap: str, group: str, topic: str, session_ms: str) -> None:
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
                   "auto.offset.reset": "earliest", "session.timeout.ms": int(session_ms),
-                  "heartbeat.interval.ms": 500, "partition.assignment.strategy": "range"})
+                  "heartbeat.interval.ms": 500, "partition.assignment.strategy": "range",
+                  **({"group.instance.id": instance} if instance else {})})
     c.subscribe([topic], on_assign=lambda _c, ps: out("assigned " + ",".join(str(p.partition) for p in ps)),
                 on_revoke=lambda _c, ps: out("revoked"))
     while True:
@@ -30,4 +32,4 @@ def main(bootstrap: str, group: str, topic: str, session_ms: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:6])

@@ -38,10 +38,11 @@ def produce(bs: str, topic: str, values: list[str], partition_of) -> None:
 class Member:
     """One group member process and the lines it printed."""
 
-    def __init__(self, bs: str, group: str, topic: str) -> None:
+    def __init__(self, bs: str, group: str, topic: str, instance: str = "", session_ms: int = SESSION_MS) -> None:
         here = os.path.dirname(__file__)
         self.proc = subprocess.Popen([sys.executable, os.path.join(here, "group_member.py"), bs, group, topic,
-                                      str(SESSION_MS)], stdout=subprocess.PIPE, text=True)
+                                      str(session_ms), *([instance] if instance else [])],
+                                     stdout=subprocess.PIPE, text=True)
         self.lines: list[str] = []
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
@@ -66,6 +67,12 @@ class Member:
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait(30)
+
+
+def kill_all(members: list[Member]) -> None:
+    for m in members:
+        if m.proc.poll() is None:
+            m.kill()
 
 
 def test_three_consumers_share_six_partitions_and_a_killed_members_partitions_move_with_nothing_skipped(
@@ -99,11 +106,44 @@ def test_three_consumers_share_six_partitions_and_a_killed_members_partitions_mo
         seen = set().union(*(m.values() for m in members))
         assert seen >= set(first) | set(second)
     finally:
-        for m in members:
-            if m.proc.poll() is None:
-                m.kill()
+        kill_all(members)
     events = c_events(c, "member_removed")
     assert any("session timeout" in e["reason"] for e in events), events
+
+
+def test_a_static_member_killed_and_restarted_takes_back_its_partitions_without_a_rebalance(group_cluster):
+    """KIP-345 with librdkafka: two static members (group.instance.id) share four partitions; one is
+    SIGKILLed and started again with its instance id within its session timeout. It takes its old
+    member's place and partitions at once, and the other member is never revoked (with the eager range
+    assignor any rebalance would revoke it before the restarted member could be assigned)."""
+    c = group_cluster
+    bs = c.kafka_bootstrap
+    create_topic(c, "static", partitions=4, rf=3)
+    session_ms = 60_000
+    steady = Member(bs, "gs", "static", instance="i-steady", session_ms=session_ms)
+    victim = Member(bs, "gs", "static", instance="i-restarted", session_ms=session_ms)
+    members = [steady, victim]
+    try:
+        def shared() -> bool:
+            a, b = steady.assignment(), victim.assignment()
+            return len(a) == 2 and len(b) == 2 and a | b == set(range(4))
+        until_sync(shared, "four partitions shared two by two between the static members", timeout_s=120)
+        held, lost = steady.assignment(), victim.assignment()
+        revoked_before = steady.lines.count("revoked")
+        victim.kill()
+        reborn = Member(bs, "gs", "static", instance="i-restarted", session_ms=session_ms)
+        members.append(reborn)
+        until_sync(lambda: reborn.assignment() == lost, f"the restarted member to take back {sorted(lost)}",
+                   timeout_s=60)
+        assert steady.lines.count("revoked") == revoked_before and steady.assignment() == held
+        values = [f"s{i}" for i in range(40)]
+        produce(bs, "static", values, lambda v: int(v[1:]) % 4)
+        until_sync(lambda: set(values) <= steady.values() | reborn.values(), "the records consumed by both",
+                   timeout_s=60)
+    finally:
+        kill_all(members)
+    replaced = c_events(c, "member_replaced")
+    assert any("static member i-restarted" in e["reason"] for e in replaced), replaced
 
 
 def c_events(c, kind: str) -> list[dict]:

@@ -159,6 +159,9 @@ class Group:
     join_started_ms: int = -1
     initial_delay: bool = False
     sync_deadline_ms: int = -1
+    # Invariant: while sync_deadline_ms >= 0, the members of this generation that have not sent its
+    # SyncGroup (Kafka's pending sync members); removed at the deadline, in CompletingRebalance or Stable.
+    pending_sync: set[str] = field(default_factory=set)
 
     # ------------------------------------------------------------------ JoinGroup
 
@@ -252,6 +255,7 @@ class Group:
         request the old member id still has parked is answered FENCED_INSTANCE_ID. A Stable group whose
         selected protocol does not change is stored and answered at once, without a rebalance."""
         old = self.members.pop(old_id)
+        self.pending_sync.discard(old_id)            # as Kafka's replaceStaticMember
         out: list[Decision] = []
         if old.join_token is not None:
             out.append(JoinResponse(old.join_token, ErrorCode.FENCED_INSTANCE_ID, member_id=old_id))
@@ -324,6 +328,7 @@ class Group:
         self.initial_delay = self.state is GroupState.EMPTY
         self.join_started_ms = now_ms
         self.sync_deadline_ms = -1
+        self.pending_sync.clear()
         timeout = self._rebalance_timeout()
         self.join_deadline_ms = now_ms + (min(self.settings.initial_rebalance_delay_ms, timeout)
                                           if self.initial_delay else timeout)
@@ -386,6 +391,7 @@ class Group:
                                 f"generation {self.generation_id} with {len(self.members)} member(s), "
                                 f"leader {self.leader}, protocol {self.protocol_name}")
         self.sync_deadline_ms = now_ms + self._rebalance_timeout()
+        self.pending_sync = set(self.members)
         for m in self.members.values():
             if m.join_token is not None:          # a static member that has not rejoined gets no answer
                 out.append(self._join_response(m, m.join_token))
@@ -407,6 +413,7 @@ class Group:
 
     def _remove(self, member_id: str, reason: str) -> list[Decision]:
         m = self.members.pop(member_id)
+        self.pending_sync.discard(member_id)
         if m.group_instance_id is not None and self.static_members.get(m.group_instance_id) == member_id:
             del self.static_members[m.group_instance_id]
         out: list[Decision] = [GroupEvent("member_removed", member_id, "", f"group {self.group_id}: {reason}")]
@@ -438,6 +445,9 @@ class Group:
         m.last_heartbeat_ms = now_ms
         if self.state is GroupState.PREPARING_REBALANCE:
             return [SyncResponse(token, ErrorCode.REBALANCE_IN_PROGRESS)]
+        self.pending_sync.discard(member_id)
+        if not self.pending_sync:
+            self.sync_deadline_ms = -1
         if self.state is GroupState.STABLE:
             return [SyncResponse(token, ErrorCode.NONE, self.protocol_type, self.protocol_name, m.assignment)]
         if m.sync_token is not None:
@@ -449,7 +459,6 @@ class Group:
         for x in self.members.values():
             x.assignment = given.get(x.member_id, b"")
         out: list[Decision] = [StoreGroup(self.group_id, self.generation_id)]
-        self.sync_deadline_ms = -1
         out += self._transition(GroupState.STABLE, now_ms, f"leader {member_id} sent the assignment of "
                                                            f"generation {self.generation_id}")
         return out + self._answer_parked_syncs()
@@ -537,11 +546,10 @@ class Group:
                     now_ms >= m.last_heartbeat_ms + m.session_timeout_ms:
                 out += self._member_gone(m.member_id, now_ms, f"member {m.member_id} sent no heartbeat for its "
                                                               f"session timeout ({m.session_timeout_ms} ms)")
-        if self.state is GroupState.COMPLETING_REBALANCE and 0 <= self.sync_deadline_ms <= now_ms:
-            for m in list(self.members.values()):
-                if m.sync_token is None:
-                    out += self._remove(m.member_id, f"member {m.member_id} sent no SyncGroup within the "
-                                                     f"rebalance timeout")
+        if self.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE) and \
+                0 <= self.sync_deadline_ms <= now_ms:
+            for mid in [mid for mid in self.members if mid in self.pending_sync]:
+                out += self._remove(mid, f"member {mid} sent no SyncGroup within the rebalance timeout")
             out += self._maybe_prepare_rebalance(now_ms, "members did not sync in time")
         if self.state is GroupState.PREPARING_REBALANCE:
             out += self._maybe_complete_join(now_ms)

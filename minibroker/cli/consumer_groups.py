@@ -48,6 +48,40 @@ def describe_lines(v: GroupView) -> list[str]:
     return out
 
 
+def members_lines(v: GroupView, verbose: bool) -> list[str]:
+    """Kafka's `--describe --members [--verbose]` table: GROUP-INSTANCE-ID only when a member is static."""
+    rows = [(v.group_id, m.member_id, m.group_instance_id or "", m.host, m.client_id, str(len(m.assignment)),
+             _assignment_text(m.assignment)) for m in v.members]
+    static = any(r[2] for r in rows)
+    gw = max([15] + [len(r[0]) for r in rows])
+    cw = max([15] + [len(r[1]) for r in rows])
+    iw = max([17] + [len(r[2]) for r in rows])
+    hw = max([15] + [len(r[3]) for r in rows])
+    lw = max([15] + [len(r[4]) for r in rows])
+
+    def line(r: tuple[str, ...]) -> str:
+        instance = f"{r[2]:<{iw}} " if static else ""
+        return f"{r[0]:<{gw}} {r[1]:<{cw}} {instance}{r[3]:<{hw}} {r[4]:<{lw}} {r[5]:<15} " + (r[6] if verbose else "")
+    return ["", line(("GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT")),
+            *(line(r) for r in rows)]
+
+
+def _assignment_text(tps: tuple[TopicPartition, ...]) -> str:
+    by_topic: dict[str, list[int]] = {}
+    for tp in tps:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return ", ".join(sorted(f"{t}({','.join(str(p) for p in sorted(ps))})" for t, ps in by_topic.items())) or "-"
+
+
+def state_lines(v: GroupView) -> list[str]:
+    """Kafka's `--describe --state` table (its first column takes the coordinator column's width, as Kafka's)."""
+    host, port = v.coordinator_address or ("", -1)
+    coordinator = f"{host}:{port} ({v.coordinator})"
+    w = max(25, len(coordinator))
+    return ["", f"{'GROUP':<{w}} {'COORDINATOR (ID)':<25} {'ASSIGNMENT-STRATEGY':<20} {'STATE':<15} #MEMBERS",
+            f"{v.group_id:<{w}} {coordinator:<25} {v.protocol:<20} {v.state:<15} {len(v.members)}"]
+
+
 def reset_lines(group: str, targets: dict[TopicPartition, int]) -> list[str]:
     out = ["", f"{'GROUP':<30} {'TOPIC':<30} {'PARTITION':<10} {'NEW-OFFSET':<15}"]
     for tp, o in sorted(targets.items()):
@@ -69,17 +103,29 @@ def reset_lines(group: str, targets: dict[TopicPartition, int]) -> list[str]:
 @click.option("--to-offset", type=int, help="Reset to this offset (clamped to the log's range).")
 @click.option("--execute", is_flag=True, help="Commit the reset offsets.")
 @click.option("--dry-run", is_flag=True, help="Only show the offsets a reset would commit (the default).")
-@click.option("--state", "states", help="--list: only groups in these comma-separated states (and show STATE).")
+@click.option("--state", "states", is_flag=False, flag_value="", default=None,
+              help="--list: only groups in these comma-separated states (and show STATE); "
+                   "--describe: the group's coordinator, assignment strategy, state and member count.")
+@click.option("--members", is_flag=True, help="--describe: the group's members (GROUP-INSTANCE-ID for static ones).")
+@click.option("--offsets", is_flag=True, help="--describe: the offsets table (the default).")
+@click.option("--verbose", is_flag=True, help="--describe --members: each member's assignment too.")
 @handle_errors
 def consumer_groups(bootstrap_server: str | None, list_: bool, describe: bool, reset_offsets: bool, delete: bool,
                     group: str | None, topic: str | None, all_topics: bool, to_earliest: bool, to_latest: bool,
-                    to_offset: int | None, execute: bool, dry_run: bool, states: str | None) -> None:
+                    to_offset: int | None, execute: bool, dry_run: bool, states: str | None, members: bool,
+                    offsets: bool, verbose: bool) -> None:
     """List, describe, reset and delete consumer groups, as kafka-consumer-groups does."""
     actions = sum((list_, describe, reset_offsets, delete))
     if actions != 1:
         fail("Command must include exactly one action: --list, --describe, --delete, --reset-offsets")
     if not list_ and not group:
         fail("Option --group is required with --describe, --delete and --reset-offsets")
+    if (members or offsets) and not describe:
+        fail("Option --members and --offsets are only valid with --describe")
+    if verbose and not (describe and members):
+        fail("Option --verbose is only valid with --describe --members")
+    if describe and sum((members, offsets, states is not None)) > 1:
+        fail("Option --describe takes at most one of --members, --offsets and --state")
     bootstrap = reachable_bootstrap(bootstrap_server)
 
     async def go() -> None:
@@ -87,7 +133,7 @@ def consumer_groups(bootstrap_server: str | None, list_: bool, describe: bool, r
             ga = GroupAdmin(admin)
             assert list_ or group is not None
             if list_:
-                wanted = [s.strip() for s in states.split(",")] if states else None
+                wanted = [s.strip() for s in states.split(",") if s.strip()] if states is not None else None
                 groups = await ga.list_groups(wanted)
                 if wanted is None:
                     for gid, _, _ in groups:
@@ -106,7 +152,13 @@ def consumer_groups(bootstrap_server: str | None, list_: bool, describe: bool, r
                     click.echo(f"\nWarning: Consumer group '{group}' is rebalancing.")
                 elif not v.members:
                     click.echo(f"\nConsumer group '{group}' has no active members.")
-                for line in describe_lines(v):
+                if members:
+                    lines = members_lines(v, verbose) if v.members else []     # Kafka: no table without rows
+                elif states is not None:
+                    lines = state_lines(v)
+                else:
+                    lines = describe_lines(v)
+                for line in lines:
                     click.echo(line)
             elif delete:
                 assert group is not None

@@ -34,6 +34,7 @@ class MemberView:
     client_id: str
     host: str
     assignment: tuple[TopicPartition, ...]
+    group_instance_id: str | None = None       # a static member's (KIP-345)
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class GroupView:
     members: tuple[MemberView, ...]
     committed: dict[TopicPartition, int]
     log_end: dict[TopicPartition, int]
+    coordinator_address: Address | None = None
 
 
 class GroupAdmin:
@@ -66,14 +68,15 @@ class GroupAdmin:
             await asyncio.sleep(0.1)
 
     async def _call(self, group_id: str, api: ApiKey, body: dict[str, Any],
-                    error_of: Any = lambda r: r.get("error", 0)) -> tuple[int, dict[str, Any]]:
+                    error_of: Any = lambda r: r.get("error", 0)) -> tuple[tuple[int, Address], dict[str, Any]]:
+        """The coordinator's answer (retried while retriable, until the API timeout), with who answered."""
         deadline = now_ms() + self.admin.api_timeout_ms
         while True:
             node, addr = await self.coordinator(group_id)
             resp = await self.net.request_address(addr, api, body, channel="meta")
             code = error_of(resp)
             if code not in _RETRY or now_ms() >= deadline:
-                return node, resp
+                return (node, addr), resp
             await asyncio.sleep(0.1)
 
     async def list_groups(self, states: list[str] | None = None) -> list[tuple[str, str, str]]:
@@ -87,7 +90,7 @@ class GroupAdmin:
         return sorted(out)
 
     async def describe(self, group_id: str) -> GroupView:
-        node, resp = await self._call(group_id, ApiKey.DESCRIBE_GROUPS, {"groups": [group_id]},
+        (node, addr), resp = await self._call(group_id, ApiKey.DESCRIBE_GROUPS, {"groups": [group_id]},
                                       lambda r: r.get("error") or r["groups"][0]["error"])
         check(resp)
         g = resp["groups"][0]
@@ -99,7 +102,8 @@ class GroupAdmin:
                 tps = tuple(decode_assignment(m["assignment"])) if g["protocol_type"] == "consumer" else ()
             except ValueError:
                 tps = ()
-            members.append(MemberView(m["member_id"], m["client_id"], m["client_host"], tps))
+            members.append(MemberView(m["member_id"], m["client_id"], m["client_host"], tps,
+                                      m.get("group_instance_id")))
         _, off = await self._call(group_id, ApiKey.OFFSET_FETCH, {"group_id": group_id, "topics": None})
         check(off)
         committed = {TopicPartition(t["topic"], p["partition"]): p["offset"] for t in off["topics"]
@@ -107,7 +111,7 @@ class GroupAdmin:
         wanted = set(committed) | {tp for m in members for tp in m.assignment}
         ends = await self.admin.list_offsets({tp: LATEST_TIMESTAMP for tp in sorted(wanted)}) if wanted else {}
         return GroupView(group_id, g["state"], g["protocol_type"], g["protocol"], node, tuple(members),
-                         committed, {tp: r.offset for tp, r in ends.items()})
+                         committed, {tp: r.offset for tp, r in ends.items()}, addr)
 
     async def reset_targets(self, group_id: str, topic: str | None, spec: str, to_offset: int | None
                             ) -> dict[TopicPartition, int]:

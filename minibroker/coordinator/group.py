@@ -502,7 +502,7 @@ class Group:
     def maybe_leave(self, members: list[tuple[str, str | None]], now_ms: int) -> tuple[list[ErrorCode], list[Decision]]:
         """Triggered by a LeaveGroup request naming (member id, group instance id) pairs: one error per
         member, and what the leaving triggers. An empty member id with a group instance id removes the
-        static member holding it (an administrative removal, `kafka-consumer-groups --delete-members`)."""
+        static member holding it (an administrative removal, the admin client's `removeMembersFromConsumerGroup`)."""
         errors: list[ErrorCode] = []
         out: list[Decision] = []
         for mid, instance in members:

@@ -86,6 +86,16 @@ def test_an_active_groups_offsets_are_not_reset(shared_cluster):
         cols = row(described, "cg-active", 0)
         assert cols[6].startswith("console-consumer-") and cols[7].startswith("/127.")
         assert cols[8] == "console-consumer"
+        lines = ok(run(c, "consumer-groups", "--describe", "--members", "--group", "active-g")).splitlines()
+        assert lines[0] == "" and lines[1].split() == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"]
+        assert lines[2].split() == ["active-g", cols[6], cols[7], "console-consumer", "1"]
+        verbose = ok(run(c, "consumer-groups", "--describe", "--members", "--verbose", "--group", "active-g"))
+        assert verbose.splitlines()[1].split()[-1] == "ASSIGNMENT"
+        assert verbose.splitlines()[2].split()[-2:] == ["1", "cg-active(0)"]
+        state = ok(run(c, "consumer-groups", "--describe", "--state", "--group", "active-g")).splitlines()
+        assert state[1].split() == ["GROUP", "COORDINATOR", "(ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"]
+        assert state[2].split()[0] == "active-g" and state[2].split()[-3:] == ["range", "Stable", "1"]
+        assert state[2].split()[2].startswith("(") and state[2].split()[1].count(":") == 1
         r = run(c, "consumer-groups", "--reset-offsets", "--group", "active-g", "--topic", "cg-active",
                 "--to-earliest", "--execute")
         assert r.returncode == 1 and b"can only be reset if the group 'active-g' is inactive" in r.stderr

@@ -136,6 +136,14 @@ def test_a_static_member_killed_and_restarted_takes_back_its_partitions_without_
         until_sync(lambda: reborn.assignment() == lost, f"the restarted member to take back {sorted(lost)}",
                    timeout_s=60)
         assert steady.lines.count("revoked") == revoked_before and steady.assignment() == held
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MINIBROKER_")}
+        described = subprocess.run([sys.executable, "-m", "minibroker.cli", "consumer-groups", "--describe",
+                                    "--members", "--group", "gs", "--bootstrap-server", c.bootstrap],
+                                   env=env, capture_output=True, text=True, timeout=120)
+        assert described.returncode == 0, described.stderr
+        lines = described.stdout.splitlines()
+        assert lines[1].split() == ["GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS"]
+        assert sorted(line.split()[2] for line in lines[2:]) == ["i-restarted", "i-steady"]
         values = [f"s{i}" for i in range(40)]
         produce(bs, "static", values, lambda v: int(v[1:]) % 4)
         until_sync(lambda: set(values) <= steady.values() | reborn.values(), "the records consumed by both",

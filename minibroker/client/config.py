@@ -72,6 +72,7 @@ CONSUMER_DEFAULTS: dict[str, str] = {
     "max.poll.records": "500",
     # consumer groups (GroupConsumer; Kafka's names and defaults)
     "group.id": "",
+    "group.instance.id": "",                # a static member (KIP-345) when set
     "session.timeout.ms": "45000",
     "heartbeat.interval.ms": "3000",
     "max.poll.interval.ms": "300000",

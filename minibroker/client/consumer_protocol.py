@@ -80,14 +80,19 @@ def decode_assignment(data: bytes) -> list[TopicPartition]:
     return out
 
 
-def range_assign(subscriptions: dict[str, list[str]], partitions: dict[str, int]) -> dict[str, list[TopicPartition]]:
-    """Kafka's RangeAssignor: per topic, members subscribed to it in member-id order each get a
-    contiguous range; the first (n % members) get one partition more."""
+def range_assign(subscriptions: dict[str, list[str]], partitions: dict[str, int],
+                 instances: dict[str, str] | None = None) -> dict[str, list[TopicPartition]]:
+    """Kafka's RangeAssignor: per topic, the members subscribed to it each get a contiguous range, the
+    first (n % members) one partition more; in Kafka's MemberInfo order: static members (`instances`:
+    member id -> group instance id) first by instance id, so a restarted one keeps its range, then the
+    others by member id."""
+    inst = instances or {}
     out: dict[str, list[TopicPartition]] = {m: [] for m in subscriptions}
     topics = sorted({t for ts in subscriptions.values() for t in ts})
     for t in topics:
         n = partitions.get(t, 0)
-        members = sorted(m for m, ts in subscriptions.items() if t in ts)
+        members = sorted((m for m, ts in subscriptions.items() if t in ts),
+                         key=lambda m: (0, inst[m], "") if m in inst else (1, "", m))
         if not members or n <= 0:
             continue
         per, extra = divmod(n, len(members))

@@ -9,7 +9,10 @@ ILLEGAL_GENERATION and UNKNOWN_MEMBER_ID make the next poll rejoin), the
 consumed positions and committing them (auto commit every
 auto.commit.interval.ms, before a rebalance and on close), starting each
 assigned partition at its committed offset (else auto.offset.reset), and
-leaving the group on close.
+leaving the group on close; as a static member (group.instance.id, KIP-345)
+the instance id on every request, FENCED_INSTANCE_ID as fatal, and no
+LeaveGroup on close (its session timeout, or its restart, ends it), as
+Kafka's consumer.
 
 Must not know: fetching (minibroker.client.consumer), the wire encoding of
 the subscription and assignment (minibroker.client.consumer_protocol), the
@@ -52,6 +55,7 @@ class GroupConsumer:
         if not self.group_id:
             raise KafkaError(ErrorCode.INVALID_GROUP_ID, "group.id is required to subscribe")
         self.client_id = cfg.get("client.id") or "minibroker-consumer"
+        self.instance_id: str | None = cfg.get("group.instance.id") or None
         self.session_ms = cfg.get_int("session.timeout.ms")
         self.heartbeat_ms = cfg.get_int("heartbeat.interval.ms")
         self.rebalance_ms = cfg.get_int("max.poll.interval.ms")
@@ -69,6 +73,7 @@ class GroupConsumer:
         self._next_commit_ms = 0
         self._heartbeats: asyncio.Task[None] | None = None
         self._closed = False
+        self._fenced = False        # Invariant: True once a newer instance took group.instance.id (fatal)
         self.on_assign: Callable[[list[TopicPartition]], None] | None = None
 
     async def __aenter__(self) -> GroupConsumer:
@@ -132,7 +137,8 @@ class GroupConsumer:
         while not self._closed:
             meta = encode_subscription(self.topics)
             resp = await self._call(ApiKey.JOIN_GROUP, {
-                "group_id": self.group_id, "member_id": self.member_id, "session_timeout_ms": self.session_ms,
+                "group_id": self.group_id, "member_id": self.member_id, "group_instance_id": self.instance_id,
+                "session_timeout_ms": self.session_ms,
                 "rebalance_timeout_ms": self.rebalance_ms, "protocol_type": PROTOCOL_TYPE,
                 "protocols": [{"name": RANGE, "metadata": meta}]}, timeout_ms=self.rebalance_ms)
             code = resp.get("error", 0)
@@ -152,7 +158,7 @@ class GroupConsumer:
                 assignments = await self._assign(resp["members"])
             sync = await self._call(ApiKey.SYNC_GROUP, {
                 "group_id": self.group_id, "generation_id": self.generation, "member_id": self.member_id,
-                "assignments": assignments}, timeout_ms=self.rebalance_ms)
+                "group_instance_id": self.instance_id, "assignments": assignments}, timeout_ms=self.rebalance_ms)
             code = sync.get("error", 0)
             if code in _REJOIN:
                 if code == ErrorCode.UNKNOWN_MEMBER_ID:
@@ -168,6 +174,7 @@ class GroupConsumer:
 
     async def _assign(self, members: list[dict[str, Any]]) -> list[dict[str, Any]]:
         subs = {m["member_id"]: decode_subscription(m["metadata"]) for m in members}
+        instances = {m["member_id"]: m["group_instance_id"] for m in members if m.get("group_instance_id")}
         topics = sorted({t for ts in subs.values() for t in ts})
         counts = {}
         for t in topics:
@@ -175,7 +182,7 @@ class GroupConsumer:
                 counts[t] = len(await self.consumer.partitions_for(t, timeout_ms=self.api_timeout_ms))
             except KafkaError as exc:
                 log.info("group %s: topic %s is not assigned: %s", self.group_id, t, exc)
-        plan = range_assign(subs, counts)
+        plan = range_assign(subs, counts, instances)
         return [{"member_id": m, "assignment": encode_assignment(tps)} for m, tps in sorted(plan.items())]
 
     async def _on_assigned(self, tps: list[TopicPartition]) -> None:
@@ -198,8 +205,15 @@ class GroupConsumer:
             if self._needs_join:
                 continue
             resp = await self._call(ApiKey.HEARTBEAT, {"group_id": self.group_id, "generation_id": self.generation,
-                                                       "member_id": self.member_id}, channel="heartbeat")
+                                                       "member_id": self.member_id,
+                                                       "group_instance_id": self.instance_id}, channel="heartbeat")
             code = resp.get("error", 0)
+            if code == ErrorCode.FENCED_INSTANCE_ID:
+                log.error("group %s: static member %s was fenced by a newer instance with its group.instance.id",
+                          self.group_id, self.instance_id)
+                self._fenced = True
+                self.consumer._changed.set()
+                return
             if code in _REJOIN:
                 if code == ErrorCode.UNKNOWN_MEMBER_ID:
                     self.member_id = ""
@@ -209,7 +223,11 @@ class GroupConsumer:
     # ------------------------------------------------------------------ polling and commits
 
     async def poll(self, timeout_ms: int = 1000) -> list[ConsumerRecord]:
-        """Records of the assigned partitions; joins (or rejoins) the group first when needed."""
+        """Records of the assigned partitions; joins (or rejoins) the group first when needed. Raises
+        KafkaError(FENCED_INSTANCE_ID) once a newer instance took this member's group.instance.id."""
+        if self._fenced:
+            raise KafkaError(ErrorCode.FENCED_INSTANCE_ID, f"group {self.group_id}: another consumer joined with "
+                                                            f"group.instance.id {self.instance_id}")
         if self._needs_join:
             await self._join()
         recs = await self.consumer.poll(timeout_ms)
@@ -247,6 +265,7 @@ class GroupConsumer:
             by_topic.setdefault(tp.topic, []).append({"partition": tp.partition, "offset": off})
         resp = await self._call(ApiKey.OFFSET_COMMIT, {
             "group_id": self.group_id, "generation_id": self.generation, "member_id": self.member_id,
+            "group_instance_id": self.instance_id,
             "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]})
         if resp.get("error") and "topics" not in resp:
             raise KafkaError(resp["error"], resp.get("message", ""), remote=True)
@@ -292,7 +311,7 @@ class GroupConsumer:
         try:
             if self.generation >= 0 and not self._needs_join and self.auto_commit:
                 await self._commit_quietly()
-            if self.member_id:
+            if self.member_id and self.instance_id is None:          # a static member does not leave
                 try:
                     await self._call(ApiKey.LEAVE_GROUP, {"group_id": self.group_id, "members": [self.member_id]})
                 except KafkaError as exc:

@@ -3,6 +3,7 @@ against a real 3-broker cluster (minibroker's own group member, msgpack listener
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -65,6 +66,66 @@ def test_consume_group_commits_and_resumes_and_describe_shows_lag_against_the_hi
     assert "cli-g" not in ok(run(c, "consumer-groups", "--list")).split()
     gone = run(c, "consumer-groups", "--describe", "--group", "cli-g")
     assert gone.returncode == 1 and b"Consumer group 'cli-g' does not exist." in gone.stderr
+
+
+def test_a_static_console_consumer_restarted_keeps_its_partition_and_does_not_leave(shared_cluster):
+    """`consume --consumer-property group.instance.id=...` is a static member (KIP-345): stopped, it sends
+    no LeaveGroup (the group keeps it, Stable); started again, it takes its old member's place, with a new
+    member id, and the group's generation and its other member are left alone."""
+    from minibroker.testing.wait import until_sync
+    c = shared_cluster
+    ok(run(c, "topics", "create", "--topic", "cg-static", "--partitions", "2", "--replication-factor", "3"))
+    ok(run(c, "produce", "--topic", "cg-static", "--property", "parse.key=true", "--property", "key.separator=:",
+           input=b"".join(b"k%d:v%d\n" % (i, i) for i in range(20))))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MINIBROKER_")}
+    env["MINIBROKER_BOOTSTRAP"] = c.bootstrap
+
+    def member(instance: str, *extra: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "minibroker.cli", "consume", "--topic", "cg-static", "--group",
+                                 "static-g", "--consumer-property", f"group.instance.id={instance}",
+                                 "--consumer-property", "session.timeout.ms=60000", *extra],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def members() -> list[list[str]]:
+        r = run(c, "consumer-groups", "--describe", "--members", "--group", "static-g")
+        out = r.stdout.decode()
+        if r.returncode or "rebalancing" in out or "no active" in out:
+            return []
+        return [line.split() for line in out.splitlines()[2:]]
+
+    def generations() -> set[int]:
+        frame = ok(run(c, "watch", "--once", "--events", "5000", "--all-events"))
+        return {int(g) for g in re.findall(r"group static-g: generation (\d+) with", frame)}
+    steady = member("i-steady", "--follow")
+    first = member("i-once", "--follow")
+    try:
+        until_sync(lambda: sorted(m[2] for m in members()) == ["i-once", "i-steady"] and
+                   all(m[-1] == "1" for m in members()), "two static members with a partition each", timeout_s=60)
+        before = {m[2]: m[1] for m in members()}
+        generations_before = generations()
+        assert generations_before, "no generation event for static-g"
+        state = ok(run(c, "consumer-groups", "--describe", "--state", "--group", "static-g")).splitlines()[2].split()
+        first.terminate()                      # SIGTERM: closes cleanly, commits, and (static) does not leave
+        assert first.wait(30) == 0
+        assert {m[2]: m[1] for m in members()} == before
+        again = member("i-once", "--follow")
+        try:
+            until_sync(lambda: {m[2] for m in members()} == {"i-once", "i-steady"} and
+                       {m[2]: m[1] for m in members()}["i-once"] != before["i-once"],
+                       "the restarted instance to take its old member's place", timeout_s=60)
+            after = {m[2]: m[1] for m in members()}
+            assert after["i-steady"] == before["i-steady"]
+            assert generations() == generations_before                 # no rebalance: no new generation
+            assert ok(run(c, "consumer-groups", "--describe", "--state", "--group", "static-g")).splitlines()[2]\
+                .split() == state                                      # Stable, the same two members
+        finally:
+            again.kill()
+            again.wait(30)
+    finally:
+        for p in (steady, first):
+            if p.poll() is None:
+                p.kill()
+                p.wait(30)
 
 
 def test_an_active_groups_offsets_are_not_reset(shared_cluster):

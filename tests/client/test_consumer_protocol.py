@@ -20,6 +20,16 @@ def test_six_partitions_over_three_then_two_members() -> None:
     assert two == {"b": [TP("t", p) for p in range(3)], "c": [TP("t", p) for p in range(3, 6)]}
 
 
+def test_static_members_come_first_in_instance_id_order_so_a_restarted_one_keeps_its_range() -> None:
+    """Kafka's MemberInfo order: static members by group instance id, then dynamic ones by member id."""
+    subs = {m: ["t"] for m in ("z-new-id", "a-dyn", "m-other")}
+    plan = range_assign(subs, {"t": 3}, {"z-new-id": "i1", "m-other": "i2"})
+    assert plan == {"z-new-id": [TP("t", 0)], "m-other": [TP("t", 1)], "a-dyn": [TP("t", 2)]}
+    restarted = range_assign({"b-newer": ["t"], "m-other": ["t"], "a-dyn": ["t"]}, {"t": 3},
+                             {"b-newer": "i1", "m-other": "i2"})
+    assert restarted["b-newer"] == plan["z-new-id"] and restarted["m-other"] == plan["m-other"]
+
+
 def test_subscription_and_assignment_bytes_round_trip_in_kafkas_v0_layout() -> None:
     sub = encode_subscription(["orders", "t"])
     assert sub == b"\x00\x00" + b"\x00\x00\x00\x02" + b"\x00\x06orders" + b"\x00\x01t" + b"\x00\x00\x00\x00"

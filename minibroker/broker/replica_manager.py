@@ -244,6 +244,9 @@ class ReplicaManager:
         self.max_frame_bytes = config.get_int("socket.request.max.bytes")
         self._base_log_config = self._broker_log_config()
         self._flushing: dict[PartitionKey, asyncio.Future] = {}
+        # Invariant: per partition, the DeleteRecords waiting for its low watermark to reach an offset
+        # (Kafka's DelayedDeleteRecords); a future is resolved (True) once it has, or dropped by its waiter.
+        self._low_watermark_waits: dict[PartitionKey, list[tuple[int, asyncio.Future[bool]]]] = {}
         self._tasks: set[asyncio.Task] = set()
         self._timers: list[asyncio.Task] = []
         self._loop: asyncio.AbstractEventLoop | None = None      # Invariant: None or the loop handlers last ran on
@@ -1438,6 +1441,8 @@ class ReplicaManager:
                 if d.error:
                     return ReadResult(d.error, hw, log_start)
                 self._apply(part, d, now, local_isr_change=True)
+                if self._low_watermark_waits:
+                    self._maybe_complete_delete_records(part)
             limit = part.log.log_end_offset
         else:
             rack = body["rack_id"]
@@ -1503,6 +1508,82 @@ class ReplicaManager:
         return {"error": 0, "throttle_time_ms": 0,
                 "session_id": session.session_id if session is not None else INVALID_SESSION_ID,
                 "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}
+
+    # ================================================================ DeleteRecords
+
+    async def handle_delete_records(self, body: dict) -> dict:
+        """DeleteRecords (Kafka's ReplicaManager.deleteRecords): on each partition led here, the log start
+        offset moves to the requested offset (-1: the HW; negative or above the HW: OFFSET_OUT_OF_RANGE);
+        followers learn it from their next Fetch answer and report theirs. A partition is answered with its
+        low watermark once every alive replica's log start reached the offset (DelayedDeleteRecords), or
+        REQUEST_TIMED_OUT (NOT_LEADER_OR_FOLLOWER if leadership moved) after timeout_ms."""
+        timeout_s = max(body.get("timeout_ms", 30_000), 0) / 1000
+        out: list[dict] = []
+        waits: list[tuple[dict, Partition, PartitionLeader, asyncio.Future[bool]]] = []
+        done = 0
+        for t in body["topics"]:
+            plist = []
+            for p in t["partitions"]:
+                done += 1
+                if done % REQUEST_SLICE == 0:
+                    await asyncio.sleep(0)
+                entry: dict = {"partition": p["partition"], "low_watermark": -1, "error": 0}
+                plist.append(entry)
+                key = (t["topic"], p["partition"])
+                part = self._partitions.get(key)
+                core = part.core if part is not None else None
+                if part is None or core is None:
+                    entry["error"] = int(self._not_hosted_error(key) if part is None or part.role == NONE
+                                         else ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                    continue
+                offset = core.hw if p["offset"] == -1 else p["offset"]
+                if not 0 <= offset <= core.hw:
+                    entry["error"] = int(ErrorCode.OFFSET_OUT_OF_RANGE)
+                    entry["message"] = (f"Cannot increment the log start offset to {offset} of partition {part.name} "
+                                        f"since it is larger than the high watermark {core.hw}"
+                                        if offset > core.hw else f"the deletion offset {offset} is negative")
+                    continue
+                if part.log.maybe_increment_log_start_offset(offset, reason=f"DeleteRecords up to {offset}"):
+                    part.on_log_start_moved()
+                    self.purgatory.on_state_change(key)         # F6: followers and consumers see the new start
+                low = core.low_watermark(self._alive)
+                if low >= offset:
+                    entry["low_watermark"] = low
+                    continue
+                fut: asyncio.Future[bool] = self._running_loop().create_future()
+                self._low_watermark_waits.setdefault(key, []).append((offset, fut))
+                waits.append((entry, part, core, fut))
+            out.append({"topic": t["topic"], "partitions": plist})
+        if waits:
+            await asyncio.wait([w[3] for w in waits], timeout=timeout_s)
+        for entry, part, core, fut in waits:
+            pending = self._low_watermark_waits.get(part.key)
+            if pending is not None:
+                pending[:] = [w for w in pending if w[1] is not fut]
+                if not pending:
+                    del self._low_watermark_waits[part.key]
+            if fut.done() and part.core is core:
+                entry["low_watermark"] = core.low_watermark(self._alive)
+            else:
+                entry["error"] = int(ErrorCode.REQUEST_TIMED_OUT if part.core is core
+                                     else ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        return {"topics": out}
+
+    def _alive(self, broker_id: int) -> bool:
+        b = self.image.brokers.get(broker_id)
+        return b is not None and not b.fenced
+
+    def _maybe_complete_delete_records(self, part: Partition) -> None:
+        """Triggered by a follower's Fetch (it reports its log start): resolve the DeleteRecords of this
+        partition whose offset the low watermark now reaches."""
+        pending = self._low_watermark_waits.get(part.key)
+        core = part.core
+        if not pending or core is None:
+            return
+        low = core.low_watermark(self._alive)
+        for offset, fut in pending:
+            if offset <= low and not fut.done():
+                fut.set_result(True)
 
     # ================================================================ ListOffsets
 

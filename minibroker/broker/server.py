@@ -451,6 +451,7 @@ class BrokerServer:
             ApiKey.PRODUCE: HandlerSpec(self._gated(self._produce)),
             ApiKey.FETCH: HandlerSpec(self._gated(self._fetch)),
             ApiKey.LIST_OFFSETS: HandlerSpec(self._gated(self._list_offsets)),
+            ApiKey.DELETE_RECORDS: HandlerSpec(self._gated(self._delete_records)),
             ApiKey.METADATA: HandlerSpec(self._gated(self._metadata)),
             ApiKey.CREATE_TOPICS: HandlerSpec(self._gated(self._create_topics)),
             ApiKey.DELETE_TOPICS: HandlerSpec(self._gated(self._delete_topics)),
@@ -509,6 +510,9 @@ class BrokerServer:
         if body.get("replica_id", -1) >= 0:
             ctx.require_privileged()
         return await self.replica_manager.handle_list_offsets(ctx, body)
+
+    async def _delete_records(self, ctx: RequestContext, body: dict) -> dict:
+        return await self.replica_manager.handle_delete_records(body)
 
     async def _metadata(self, ctx: RequestContext, body: dict) -> dict:
         """A topic named twice is answered once (Kafka takes a set); a long list

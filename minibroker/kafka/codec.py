@@ -52,6 +52,7 @@ class Api(enum.IntEnum):
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
@@ -82,6 +83,7 @@ _CLASSES: dict[Api, tuple[Any, Any]] = {
     Api.API_VERSIONS: (_metadata.ApiVersionsRequest, _metadata.ApiVersionsResponse),
     Api.CREATE_TOPICS: (_admin.CreateTopicsRequest, _admin.CreateTopicsResponse),
     Api.DELETE_TOPICS: (_admin.DeleteTopicsRequest, _admin.DeleteTopicsResponse),
+    Api.DELETE_RECORDS: (_admin.DeleteRecordsRequest, _admin.DeleteRecordsResponse),
     Api.INIT_PRODUCER_ID: (_producer.InitProducerIdRequest, _producer.InitProducerIdResponse),
     Api.OFFSET_FOR_LEADER_EPOCH: (_consumer.OffsetForLeaderEpochRequest, _consumer.OffsetForLeaderEpochResponse),
     Api.DESCRIBE_CONFIGS: (_admin.DescribeConfigsRequest, _admin.DescribeConfigsResponse),
@@ -119,6 +121,7 @@ SERVED: dict[Api, tuple[int, int]] = {
     Api.API_VERSIONS: (0, 4),
     Api.CREATE_TOPICS: (2, 5),
     Api.DELETE_TOPICS: (1, 5),
+    Api.DELETE_RECORDS: (0, 2),
     Api.INIT_PRODUCER_ID: (0, 4),
     Api.OFFSET_FOR_LEADER_EPOCH: (2, 4),
     Api.DESCRIBE_CONFIGS: (1, 4),

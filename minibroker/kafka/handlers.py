@@ -85,6 +85,7 @@ class KafkaApis:
             Api.PRODUCE: self._produce,
             Api.FETCH: self._fetch,
             Api.LIST_OFFSETS: self._list_offsets,
+            Api.DELETE_RECORDS: self._delete_records,
             Api.METADATA: self._metadata,
             Api.FIND_COORDINATOR: self._find_coordinator,
             Api.JOIN_GROUP: self._join_group,
@@ -311,6 +312,24 @@ class KafkaApis:
                 {"partition_index": p["partition"], "error_code": p["error"], "timestamp": p["timestamp"],
                  "offset": p["offset"], "leader_epoch": p["leader_epoch"]} for p in t["partitions"]]}
             for t in resp["topics"]]}
+
+    async def _delete_records(self, conn: KafkaConnection, req: _Request) -> dict:
+        """Sent by the admin client to each partition's leader (kafka-delete-records, AdminClient.deleteRecords)."""
+        r = req.body
+        topics = [{"topic": t.name, "partitions": [{"partition": p.partition_index, "offset": p.offset}
+                                                   for p in t.partitions]} for t in r.topics]
+        self._check_size(sum(len(t["partitions"]) for t in topics))
+        try:
+            resp = await self._call(conn, req, ApiKey.DELETE_RECORDS, {"topics": topics, "timeout_ms": r.timeout_ms})
+            assert resp is not None
+        except KafkaError as exc:
+            resp = {"topics": [{"topic": t["topic"], "partitions": [
+                {"partition": p["partition"], "low_watermark": -1, "error": int(exc.code)} for p in t["partitions"]]}
+                for t in topics]}
+        return {"throttle_time_ms": 0, "topics": [
+            {"name": t["topic"], "partitions": [
+                {"partition_index": p["partition"], "low_watermark": p["low_watermark"], "error_code": p["error"]}
+                for p in t["partitions"]]} for t in resp["topics"]]}
 
     # ------------------------------------------------------------------ Metadata
 

@@ -36,6 +36,7 @@ class ApiKey(enum.IntEnum):
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
@@ -140,6 +141,12 @@ REQUESTS: dict[ApiKey, dict[str, Any]] = {
         "group_instance_id": Opt(Nullable(str), None),
         "topics": [{"topic": str, "partitions": [{
             "partition": int, "offset": int, "leader_epoch": Opt(int, -1), "metadata": Opt(str, "")}]}],
+    },
+    # offset -1: the high watermark. Answered per partition with the low watermark once every alive replica's
+    # log start reached the offset, or REQUEST_TIMED_OUT after timeout_ms.
+    ApiKey.DELETE_RECORDS: {
+        "topics": [{"topic": str, "partitions": [{"partition": int, "offset": int}]}],
+        "timeout_ms": Opt(int, 30_000),
     },
     ApiKey.OFFSET_FETCH: {"group_id": str, "topics": Opt(Nullable([{"topic": str, "partitions": [int]}]), None)},
     ApiKey.LIST_GROUPS: {"states": Opt([str], [])},           # Kafka's state names; [] = every state

@@ -27,7 +27,7 @@ import itertools
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from minibroker.errors import ErrorCode
 from minibroker.events import Event, EventSink, discard
@@ -635,6 +635,17 @@ class PartitionLeader:
         if fetch_offset < self._log_start_offset or fetch_offset > self._leo:
             return ErrorCode.OFFSET_OUT_OF_RANGE
         return ErrorCode.NONE
+
+    def low_watermark(self, alive: Callable[[int], bool]) -> int:
+        """Kafka's lowWatermarkIfLeader, read by a DeleteRecords waiting for its offset: the smallest log
+        start offset of this leader and of each follower whose broker is `alive` (UNKNOWN, below any
+        offset, until the follower's fetch has told it)."""
+        low = self._log_start_offset
+        for replica in sorted(self._followers):
+            start = self._followers[replica].log_start_offset
+            if start < low and alive(replica):
+                low = start
+        return low
 
     def on_log_start_offset(self, log_start_offset: int) -> None:
         """Triggered when retention (or a follower-side rule) moved the leader's log start

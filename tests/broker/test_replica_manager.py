@@ -261,6 +261,32 @@ async def test_acks_all_completes_when_the_follower_fetch_moves_the_hw(broker):
     assert (e["error"], e["base_offset"]) == (0, 0)
 
 
+async def test_delete_records_waits_for_the_followers_log_start_and_refuses_offsets_above_the_hw(broker):
+    """Kafka's DelayedDeleteRecords: the leader's log start moves at once; the answer (the low watermark)
+    waits until the follower's Fetch reports its log start there; -1 is the HW; above it, out of range."""
+    broker.setup(replicas=(1, 2))
+    for v in (b"a", b"b", b"c", b"d"):
+        await broker.produce([v])
+    await broker.fetch([{"partition": 0, "fetch_offset": 4, "current_leader_epoch": 0, "log_start_offset": 0}],
+                       replica_id=2)                                  # HW 4, the follower's log start 0
+    part = broker.part()
+
+    def delete(offset: int, timeout_ms: int = 30_000) -> asyncio.Future:
+        return asyncio.ensure_future(broker.rm.handle_delete_records(
+            {"topics": [{"topic": T, "partitions": [{"partition": 0, "offset": offset}]}], "timeout_ms": timeout_ms}))
+    assert entries(await delete(5))[0]["error"] == ErrorCode.OFFSET_OUT_OF_RANGE
+    assert part.log.log_start_offset == 0
+    pending = delete(2)
+    await until(lambda: part.log.log_start_offset == 2, what="the leader's log start to move")
+    assert not pending.done()
+    await broker.fetch([{"partition": 0, "fetch_offset": 4, "current_leader_epoch": 0, "log_start_offset": 2}],
+                       replica_id=2)
+    assert entries(await asyncio.wait_for(pending, 5))[0] == {"partition": 0, "low_watermark": 2, "error": 0}
+    late = entries(await delete(-1, timeout_ms=50))[0]                # up to the HW; the follower stays at 2
+    assert (late["error"], part.log.log_start_offset) == (ErrorCode.REQUEST_TIMED_OUT, 4)
+    assert broker.rm._low_watermark_waits == {}
+
+
 async def test_acks_all_times_out_while_the_follower_is_missing_and_the_record_stays(broker):
     broker.setup(replicas=(1, 2))
     e = entries(await broker.produce([b"a"], acks=-1, timeout_ms=20))[0]

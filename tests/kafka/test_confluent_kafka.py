@@ -289,3 +289,36 @@ def test_librdkafka_gets_invalid_timestamp_for_a_record_beyond_after_max_ms(shar
     [refused, delivered] = reports
     assert refused is not None and refused.code() == KafkaError.INVALID_TIMESTAMP and not refused.retriable()
     assert delivered is None
+
+
+def test_delete_records_moves_the_log_start_on_every_replica_and_a_consumer_starts_there(shared_cluster):
+    """AdminClient.delete_records (kafka-delete-records): the leader moves the log start offset, the answer's
+    low watermark comes once every replica's log start reached it (Kafka's DelayedDeleteRecords), a consumer
+    from the beginning starts there, and an offset above the high watermark is OFFSET_OUT_OF_RANGE."""
+    from minibroker.client.types import TopicPartition as MbTP
+    c = shared_cluster
+    create_topic(c, "cf-delete-records", partitions=1)
+    acked, errors = produce(c.kafka_bootstrap, "cf-delete-records", 10)
+    assert len(acked) == 10 and not errors
+    admin = AdminClient({"bootstrap.servers": c.kafka_bootstrap})
+    tp = TopicPartition("cf-delete-records", 0, 6)
+    (fut,) = admin.delete_records([tp], operation_timeout=30).values()
+    assert fut.result(timeout=60).low_watermark == 6
+    (beyond,) = admin.delete_records([TopicPartition("cf-delete-records", 0, 11)], operation_timeout=30).values()
+    with pytest.raises(confluent_kafka.KafkaException) as exc:
+        beyond.result(timeout=60)
+    assert exc.value.args[0].code() == KafkaError.OFFSET_OUT_OF_RANGE
+    records = consume(c.kafka_bootstrap, "cf-delete-records", 1, 4)
+    assert [r[3] for r in records] == [6, 7, 8, 9]
+
+    async def starts() -> list[int]:
+        async with Admin(c.bootstrap) as a:
+            return [p["log_start_offset"] for b in c.broker_ids
+                    for p in (await a.replica_status(c.broker_address(b), ["cf-delete-records"]))["partitions"]]
+    assert asyncio.run(starts()) == [6, 6, 6]
+    assert asyncio.run(_earliest(c.bootstrap, MbTP("cf-delete-records", 0))) == 6
+
+
+async def _earliest(bootstrap: str, tp) -> int:
+    async with Admin(bootstrap) as a:
+        return (await a.list_offsets({tp: -2}))[tp].offset

@@ -994,3 +994,18 @@ def test_a_refetch_leaves_everything_else_to_the_fetch_rule(case: str) -> None:
     before = dict(lead.followers)
     assert not lead.on_follower_refetch(2, offset, 600, broker_epoch=epoch, log_start_offset=start)
     assert dict(lead.followers) == before
+
+
+@BOTH
+def test_the_low_watermark_is_the_smallest_log_start_of_the_leader_and_its_alive_followers(profile: Profile) -> None:
+    """Kafka's lowWatermarkIfLeader (what DeleteRecords waits for): a follower that has not reported its log
+    start counts as below any offset; a follower whose broker is not alive does not count."""
+    lead = make(profile, leo=10, hw=10, prime=False)
+    lead.on_log_start_offset(6)
+    assert lead.low_watermark(lambda r: True) < 0                      # neither follower has reported
+    fetch(lead, 2, 10, 1, log_start_offset=6)
+    fetch(lead, 3, 10, 1, log_start_offset=4)
+    assert lead.low_watermark(lambda r: True) == 4
+    assert lead.low_watermark(lambda r: r != 3) == 6
+    fetch(lead, 3, 10, 2, log_start_offset=8)
+    assert lead.low_watermark(lambda r: True) == 6                     # never above the leader's own

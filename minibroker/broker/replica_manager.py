@@ -26,7 +26,7 @@ import logging
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
 from minibroker.clock import now_ms as wall_now_ms
 from minibroker.broker.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchSession, FetchSessionCache
@@ -71,6 +71,21 @@ def _nothing_to_snapshot(p: Partition) -> bool:
     """A partition with no snapshot written yet whose producer state is empty and applies
     from its log start: a recovery without a snapshot rebuilds exactly that."""
     return p.snapshot_through == NO_SNAPSHOT and not len(p.producers) and p.producers.through <= p.log.log_start_offset
+
+
+async def _each_partition(body: dict, out: list[dict]) -> AsyncIterator[tuple[dict, list[dict], dict]]:
+    """(topic entry, its answer list, partition entry) of a request naming topics and partitions, a topic's
+    answer list appended to `out` as its first partition comes; yields to the loop every REQUEST_SLICE
+    partitions (issue 10: no request holds the loop)."""
+    done = 0
+    for t in body["topics"]:
+        plist: list[dict] = []
+        out.append({"topic": t["topic"], "partitions": plist})
+        for p in t["partitions"]:
+            done += 1
+            if done % REQUEST_SLICE == 0:
+                await asyncio.sleep(0)
+            yield t, plist, p
 
 
 def _code(code: int) -> ErrorCode | int:
@@ -1520,40 +1535,33 @@ class ReplicaManager:
         timeout_s = max(body.get("timeout_ms", 30_000), 0) / 1000
         out: list[dict] = []
         waits: list[tuple[dict, Partition, PartitionLeader, asyncio.Future[bool]]] = []
-        done = 0
-        for t in body["topics"]:
-            plist = []
-            for p in t["partitions"]:
-                done += 1
-                if done % REQUEST_SLICE == 0:
-                    await asyncio.sleep(0)
-                entry: dict = {"partition": p["partition"], "low_watermark": -1, "error": 0}
-                plist.append(entry)
-                key = (t["topic"], p["partition"])
-                part = self._partitions.get(key)
-                core = part.core if part is not None else None
-                if part is None or core is None:
-                    entry["error"] = int(self._not_hosted_error(key) if part is None or part.role == NONE
-                                         else ErrorCode.NOT_LEADER_OR_FOLLOWER)
-                    continue
-                offset = core.hw if p["offset"] == -1 else p["offset"]
-                if not 0 <= offset <= core.hw:
-                    entry["error"] = int(ErrorCode.OFFSET_OUT_OF_RANGE)
-                    entry["message"] = (f"Cannot increment the log start offset to {offset} of partition {part.name} "
-                                        f"since it is larger than the high watermark {core.hw}"
-                                        if offset > core.hw else f"the deletion offset {offset} is negative")
-                    continue
-                if part.log.maybe_increment_log_start_offset(offset, reason=f"DeleteRecords up to {offset}"):
-                    part.on_log_start_moved()
-                    self.purgatory.on_state_change(key)         # F6: followers and consumers see the new start
-                low = core.low_watermark(self._alive)
-                if low >= offset:
-                    entry["low_watermark"] = low
-                    continue
-                fut: asyncio.Future[bool] = self._running_loop().create_future()
-                self._low_watermark_waits.setdefault(key, []).append((offset, fut))
-                waits.append((entry, part, core, fut))
-            out.append({"topic": t["topic"], "partitions": plist})
+        async for t, plist, p in _each_partition(body, out):
+            entry: dict = {"partition": p["partition"], "low_watermark": -1, "error": 0}
+            plist.append(entry)
+            key = (t["topic"], p["partition"])
+            part = self._partitions.get(key)
+            core = part.core if part is not None else None
+            if part is None or core is None:
+                entry["error"] = int(self._not_hosted_error(key) if part is None or part.role == NONE
+                                     else ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                continue
+            offset = core.hw if p["offset"] == -1 else p["offset"]
+            if not 0 <= offset <= core.hw:
+                entry["error"] = int(ErrorCode.OFFSET_OUT_OF_RANGE)
+                entry["message"] = (f"Cannot increment the log start offset to {offset} of partition {part.name} "
+                                    f"since it is larger than the high watermark {core.hw}"
+                                    if offset > core.hw else f"the deletion offset {offset} is negative")
+                continue
+            if part.log.maybe_increment_log_start_offset(offset, reason=f"DeleteRecords up to {offset}"):
+                part.on_log_start_moved()
+                self.purgatory.on_state_change(key)         # F6: followers and consumers see the new start
+            low = core.low_watermark(self._alive)
+            if low >= offset:
+                entry["low_watermark"] = low
+                continue
+            fut: asyncio.Future[bool] = self._running_loop().create_future()
+            self._low_watermark_waits.setdefault(key, []).append((offset, fut))
+            waits.append((entry, part, core, fut))
         if waits:
             await asyncio.wait([w[3] for w in waits], timeout=timeout_s)
         for entry, part, core, fut in waits:
@@ -1595,19 +1603,12 @@ class ReplicaManager:
         if replica_id >= 0 and not ctx.authenticated:
             raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                              f"ListOffsets as replica {replica_id} needs an authenticated connection")
-        out = []
-        done = 0
-        for t in body["topics"]:
-            plist = []
-            for p in t["partitions"]:
-                done += 1
-                if done % REQUEST_SLICE == 0:
-                    await asyncio.sleep(0)
-                entry = self._list_offset(t["topic"], p, replica_id)
-                if entry.pop("by_time", False):
-                    entry = await self._list_offset_by_time(t["topic"], p, entry)
-                plist.append(entry)
-            out.append({"topic": t["topic"], "partitions": plist})
+        out: list[dict] = []
+        async for t, plist, p in _each_partition(body, out):
+            entry = self._list_offset(t["topic"], p, replica_id)
+            if entry.pop("by_time", False):
+                entry = await self._list_offset_by_time(t["topic"], p, entry)
+            plist.append(entry)
         return {"topics": out}
 
     async def _list_offset_by_time(self, topic: str, p: dict, entry: dict) -> dict:

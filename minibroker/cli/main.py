@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "consume": ("minibroker.cli.consume", "consume"),
     "consumer-groups": ("minibroker.cli.consumer_groups", "consumer_groups"),
     "offsets": ("minibroker.cli.offsets", "offsets"),
+    "delete-records": ("minibroker.cli.delete_records", "delete_records"),
     "configs": ("minibroker.cli.configs", "configs"),
     "leader-election": ("minibroker.cli.election", "leader_election"),
     "broker-api-versions": ("minibroker.cli.api_versions", "broker_api_versions"),

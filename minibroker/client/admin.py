@@ -224,6 +224,13 @@ class Admin:
         await self.net.refresh_metadata()
         return await list_offsets(self.net, specs, timeout_ms=timeout_ms or self.api_timeout_ms)
 
+    async def delete_records(self, offsets: Mapping[TopicPartition, int], *, timeout_ms: int | None = None
+                             ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, KafkaError]]:
+        """Kafka's deleteRecords: every record below each partition's offset (-1: its high watermark) is
+        deleted; (low watermark per partition, the error of each partition without one)."""
+        from minibroker.client.delete_records import delete_records
+        return await delete_records(self.net, offsets, timeout_ms=timeout_ms or self.api_timeout_ms)
+
     async def topic_offsets(self, topic: str, timestamp: int = LATEST_TIMESTAMP,
                             partitions: Iterable[int] | None = None) -> dict[int, int]:
         resp = await self.metadata([topic])

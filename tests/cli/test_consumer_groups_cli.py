@@ -165,3 +165,4 @@ def test_an_active_groups_offsets_are_not_reset(shared_cluster):
     finally:
         member.kill()
         member.wait(30)
+

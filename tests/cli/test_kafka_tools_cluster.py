@@ -188,3 +188,25 @@ def test_metadata_quorum_describes_the_single_controller_and_its_observers(env):
     rows = [line.split() for line in ok(run(env, "metadata-quorum", "describe", "--replication")).splitlines()]
     assert rows[0][0] == "NodeId" and rows[1][0] == "0" and rows[1][-1] == "Leader"
     assert sorted(r[0] for r in rows[2:]) == ["1", "2", "3", "4"] and {r[-1] for r in rows[2:]} == {"Observer"}
+
+
+def test_delete_records_prints_kafkas_lines_and_the_log_start_moves(env, tmp_path):
+    """kafka-delete-records' --offset-json-file and output; offsets then start at the low watermark."""
+    ok(run(env, "topics", "create", "--topic", "del-rec", "--partitions", "2", "--replication-factor", "3"))
+    ok(run(env, "produce", "--topic", "del-rec", "--property", "parse.key=true", "--property", "key.separator=:",
+           input=b"".join(b"k%d:v%d\n" % (i, i) for i in range(20))))
+    spec = tmp_path / "offsets.json"
+    spec.write_text('{"partitions": [{"topic": "del-rec", "partition": 0, "offset": -1},'
+                    ' {"topic": "del-rec", "partition": 1, "offset": 1000}], "version": 1}')
+    out = ok(run(env, "delete-records", "--offset-json-file", str(spec))).splitlines()
+    assert out[:2] == ["Executing records delete operation", "Records delete operation completed:"]
+    hw0 = int(ok(run(env, "offsets", "--topic", "del-rec", "--partitions", "0")).split(":")[-1])
+    assert out[2] == f"partition: del-rec-0\tlow_watermark: {hw0}"
+    assert out[3] == ("partition: del-rec-1\terror: org.apache.kafka.common.errors.OffsetOutOfRangeException: "
+                      "The requested offset is not within the range of offsets maintained by the server.")
+    earliest = ok(run(env, "offsets", "--topic", "del-rec", "--time", "earliest")).split()
+    assert earliest == [f"del-rec:0:{hw0}", "del-rec:1:0"]
+    spec.write_text('{"partitions": [{"topic": "del-rec", "partition": 0, "offset": 1},'
+                    ' {"topic": "del-rec", "partition": 0, "offset": 2}]}')
+    dup = run(env, "delete-records", "--offset-json-file", str(spec))
+    assert dup.returncode == 1 and b"duplicate topic partitions: del-rec-0" in dup.stderr

@@ -108,6 +108,19 @@ def fail(message: str, code: int = 1) -> None:
     sys.exit(code)
 
 
+def parse_file(path: str, parse: Callable[[str], T]) -> T:
+    """`parse` of the file's text (a tool's JSON file); a file that cannot be read, or that `parse` refuses
+    (ValueError), ends the command with the reason."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return parse(f.read())
+    except OSError as exc:
+        fail(f"Error: cannot read {path}: {exc.strerror}")
+    except ValueError as exc:
+        fail(f"Error: {path}: {exc}")
+    raise AssertionError("unreachable")
+
+
 def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """KafkaError / ConfigError / ClusterError become a one-line message and exit status 1."""
     @functools.wraps(fn)

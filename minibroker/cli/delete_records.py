@@ -5,7 +5,7 @@ import json
 
 import click
 
-from minibroker.cli.common import bootstrap_option, fail, handle_errors, reachable_bootstrap, run_async
+from minibroker.cli.common import bootstrap_option, handle_errors, parse_file, reachable_bootstrap, run_async
 from minibroker.client.admin import Admin
 from minibroker.client.types import TopicPartition
 from minibroker.errors import ErrorCode, KafkaError, error_name
@@ -71,13 +71,7 @@ def result_lines(low: dict[TopicPartition, int], errors: dict[TopicPartition, Ka
 @handle_errors
 def delete_records(bootstrap_server: str | None, offset_json_file: str) -> None:
     """Delete records below the given offsets (the log start offset moves up), as kafka-delete-records."""
-    try:
-        with open(offset_json_file, encoding="utf-8") as f:
-            offsets = offsets_from_json(f.read())
-    except OSError as exc:
-        fail(f"Error: cannot read {offset_json_file}: {exc.strerror}")
-    except ValueError as exc:
-        fail(f"Error: {offset_json_file}: {exc}")
+    offsets = parse_file(offset_json_file, offsets_from_json)
     bootstrap = reachable_bootstrap(bootstrap_server)
 
     async def go() -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from minibroker.cli.common import bootstrap_option, fail, handle_errors, reachable_bootstrap, run_async
+from minibroker.cli.common import bootstrap_option, fail, handle_errors, parse_file, reachable_bootstrap, run_async
 from minibroker.cli.format import election_lines, partitions_from_json
 from minibroker.client.admin import Admin
 from minibroker.client.types import TopicPartition
@@ -31,13 +31,7 @@ def leader_election(bootstrap_server: str | None, election_type: str, all_topic_
         fail("Option --partition is only allowed if --topic is used")
     parts: list[TopicPartition] | None
     if path_to_json_file:
-        try:
-            with open(path_to_json_file, encoding="utf-8") as f:
-                parts = partitions_from_json(f.read())
-        except OSError as exc:
-            fail(f"Error: cannot read {path_to_json_file}: {exc.strerror}")
-        except ValueError as exc:
-            fail(f"Error: {path_to_json_file}: {exc}")
+        parts = parse_file(path_to_json_file, partitions_from_json)
     else:
         parts = None if all_topic_partitions else [TopicPartition(topic, partition)]  # type: ignore[arg-type]
 

@@ -2,7 +2,7 @@
 
 Each partition's request goes to its leader, grouped per broker; a partition
 whose leader is unknown, or that answers a retriable error (a leader moved),
-is sent again after a metadata refresh until the deadline. The answer per
+is sent again after a metadata refresh until the deadline (client/settle.py). The answer per
 partition is its low watermark (every alive replica's log start reached the
 offset) or the error it ended with.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
-from minibroker.client.network import ClientNetwork, now_ms
-from minibroker.client.retry import is_retriable, needs_metadata
+from minibroker.client.network import ClientNetwork
+from minibroker.client.settle import settle
 from minibroker.client.types import TopicPartition
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.protocol.api import ApiKey
@@ -59,24 +59,10 @@ async def delete_records(net: ClientNetwork, offsets: Mapping[TopicPartition, in
                          ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, KafkaError]]:
     """Delete every record below each partition's offset (-1: below its high watermark); returns (low
     watermark per partition, the error per partition that did not get one)."""
-    deadline = now_ms() + timeout_ms
     net.want_topics({tp.topic for tp in offsets})
     await net.refresh_metadata()
-    todo = dict(offsets)
-    out: dict[TopicPartition, int] = {}
-    failed: dict[TopicPartition, KafkaError] = {}
-    while True:
-        answers, errors = await _once(net, todo, max(deadline - now_ms(), 0))
-        out.update(answers)
-        failed.update({tp: e for tp, e in errors.items() if not is_retriable(int(e.code))})
-        retry = {tp: e for tp, e in errors.items() if tp not in failed}
-        if not retry or now_ms() >= deadline:
-            failed.update(retry)
-            return out, failed
-        todo = {tp: offsets[tp] for tp in retry}
-        if any(needs_metadata(int(e.code)) or e.code == ErrorCode.NETWORK_EXCEPTION for e in retry.values()):
-            try:
-                await net.refresh_metadata()
-            except KafkaError:
-                pass
-        await asyncio.sleep(net.cache.refresh_backoff_ms / 1000)
+
+    async def once(todo: dict[TopicPartition, int], ms_left: int
+                   ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, KafkaError]]:
+        return await _once(net, todo, ms_left)
+    return await settle(net, offsets, once, timeout_ms)

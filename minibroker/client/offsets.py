@@ -12,8 +12,8 @@ import asyncio
 from dataclasses import dataclass
 from collections.abc import Mapping
 
-from minibroker.client.network import ClientNetwork, now_ms
-from minibroker.client.retry import is_retriable, needs_metadata
+from minibroker.client.network import ClientNetwork
+from minibroker.client.settle import settle
 from minibroker.client.types import TopicPartition
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.protocol.api import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, ApiKey
@@ -76,33 +76,17 @@ async def list_offsets_settled(net: ClientNetwork, specs: Mapping[TopicPartition
     """Retry retriable errors (refreshing metadata when they say so) until `timeout_ms`;
     returns (answers, the errors left per partition) instead of raising, so one bad
     partition does not hide the others' offsets."""
-    deadline = now_ms() + timeout_ms
     net.want_topics({tp.topic for tp in specs})
     if any(net.cache.leader_id(tp) is None for tp in specs):
         try:
             await net.refresh_metadata()
         except KafkaError:
             pass
-    todo = dict(specs)
-    out: dict[TopicPartition, OffsetResult] = {}
-    failed: dict[TopicPartition, KafkaError] = {}
-    while True:
-        answers, errors = await list_offsets_once(net, todo)
-        out.update(answers)
-        for tp, e in errors.items():
-            if not is_retriable(int(e.code)):
-                failed[tp] = e
-        errors = {tp: e for tp, e in errors.items() if tp not in failed}
-        if not errors or now_ms() >= deadline:
-            failed.update(errors)
-            return out, failed
-        todo = {tp: specs[tp] for tp in errors}
-        if any(needs_metadata(int(e.code)) or e.code == ErrorCode.NETWORK_EXCEPTION for e in errors.values()):
-            try:
-                await net.refresh_metadata()
-            except KafkaError:
-                pass
-        await asyncio.sleep(net.cache.refresh_backoff_ms / 1000)
+
+    async def once(todo: dict[TopicPartition, int], _ms_left: int
+                   ) -> tuple[dict[TopicPartition, OffsetResult], dict[TopicPartition, KafkaError]]:
+        return await list_offsets_once(net, todo)
+    return await settle(net, specs, once, timeout_ms)
 
 
 async def list_offsets(net: ClientNetwork, specs: Mapping[TopicPartition, int], *,

@@ -1,10 +1,11 @@
 """The broker's data path: every partition replica this broker hosts.
 
 Owns: the `Partition` objects and their roles as metadata dictates (T1/T2),
-Produce / Fetch / ListOffsets handling, delayed produces and parked fetches
-(purgatory), the follower fetchers, the periodic ISR check, HW checkpoints,
-the flush and retention timers, the delayed unlink of retired segments
-(D10), and carrying the leader cores' ISR proposals to the controller and
+Produce / Fetch / ListOffsets / DeleteRecords handling, delayed produces,
+parked fetches (purgatory) and DeleteRecords waiting for the low watermark,
+the follower fetchers, the periodic ISR check, HW checkpoints, the flush,
+retention and producer-expiration timers, the delayed unlink of retired
+segments (D10), and carrying the leader cores' ISR proposals to the controller and
 their answers back (I5/I6).
 
 Must not know: how metadata arrives (the control path calls `on_metadata`),

@@ -508,6 +508,8 @@ class ReplicaManager:
 
     def _make_follower(self, part: Partition, rec: PartitionRecord, now_ms: int) -> None:
         was = part.role
+        if self._low_watermark_waits:
+            self._wake_delete_records(part)
         failed, new_epoch = part.make_follower(rec, now_ms)
         if failed is not None:
             self._apply(part, failed, now_ms)
@@ -523,6 +525,8 @@ class ReplicaManager:
 
     def _stop_replica(self, part: Partition, now_ms: int, reason: str, *, delete: bool) -> None:
         self.fetchers.remove(part.key)
+        if self._low_watermark_waits:
+            self._wake_delete_records(part)
         failed = part.make_none(now_ms, reason)
         if failed is not None:
             self._apply(part, failed, now_ms)
@@ -1532,10 +1536,10 @@ class ReplicaManager:
         offset moves to the requested offset (-1: the HW; negative or above the HW: OFFSET_OUT_OF_RANGE);
         followers learn it from their next Fetch answer and report theirs. A partition is answered with its
         low watermark once every alive replica's log start reached the offset (DelayedDeleteRecords), or
-        REQUEST_TIMED_OUT (NOT_LEADER_OR_FOLLOWER if leadership moved) after timeout_ms."""
+        REQUEST_TIMED_OUT after timeout_ms; NOT_LEADER_OR_FOLLOWER as soon as this broker stops leading it."""
         timeout_s = max(body.get("timeout_ms", 30_000), 0) / 1000
         out: list[dict] = []
-        waits: list[tuple[dict, Partition, PartitionLeader, asyncio.Future[bool]]] = []
+        waits: list[tuple[dict, Partition, int, asyncio.Future[bool]]] = []
         async for t, plist, p in _each_partition(body, out):
             entry: dict = {"partition": p["partition"], "low_watermark": -1, "error": 0}
             plist.append(entry)
@@ -1562,21 +1566,30 @@ class ReplicaManager:
                 continue
             fut: asyncio.Future[bool] = self._running_loop().create_future()
             self._low_watermark_waits.setdefault(key, []).append((offset, fut))
-            waits.append((entry, part, core, fut))
+            waits.append((entry, part, offset, fut))
         if waits:
             await asyncio.wait([w[3] for w in waits], timeout=timeout_s)
-        for entry, part, core, fut in waits:
+        for entry, part, offset, fut in waits:
             pending = self._low_watermark_waits.get(part.key)
             if pending is not None:
                 pending[:] = [w for w in pending if w[1] is not fut]
                 if not pending:
                     del self._low_watermark_waits[part.key]
-            if fut.done() and part.core is core:
-                entry["low_watermark"] = core.low_watermark(self._alive)
+            core = part.core if self._partitions.get(part.key) is part else None
+            if core is None:
+                entry["error"] = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            elif (low := core.low_watermark(self._alive)) >= offset:
+                entry["low_watermark"] = low
             else:
-                entry["error"] = int(ErrorCode.REQUEST_TIMED_OUT if part.core is core
-                                     else ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                entry["error"] = int(ErrorCode.REQUEST_TIMED_OUT)
         return {"topics": out}
+
+    def _wake_delete_records(self, part: Partition) -> None:
+        """Triggered when this broker stops leading `part` (it becomes a follower or no replica): its
+        DeleteRecords answer now, NOT_LEADER_OR_FOLLOWER, as Kafka's DelayedDeleteRecords does."""
+        for _offset, fut in self._low_watermark_waits.get(part.key, ()):
+            if not fut.done():
+                fut.set_result(False)
 
     def _alive(self, broker_id: int) -> bool:
         b = self.image.brokers.get(broker_id)

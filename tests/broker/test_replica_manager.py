@@ -285,6 +285,11 @@ async def test_delete_records_waits_for_the_followers_log_start_and_refuses_offs
     late = entries(await delete(-1, timeout_ms=50))[0]                # up to the HW; the follower stays at 2
     assert (late["error"], part.log.log_start_offset) == (ErrorCode.REQUEST_TIMED_OUT, 4)
     assert broker.rm._low_watermark_waits == {}
+    waiting = delete(4)                                               # the follower still reports 2
+    await until(lambda: broker.rm._low_watermark_waits, what="the DeleteRecords to wait")
+    broker.publish(PartitionRecord(T, 0, (1, 2), (1, 2), 2, 1, 1))   # broker 2 leads now
+    moved = entries(await asyncio.wait_for(waiting, 5))[0]           # at once, not at the 30 s timeout
+    assert moved["error"] == ErrorCode.NOT_LEADER_OR_FOLLOWER and broker.rm._low_watermark_waits == {}
 
 
 async def test_acks_all_times_out_while_the_follower_is_missing_and_the_record_stays(broker):

@@ -8,51 +8,22 @@ offset) or the error it ended with.
 """
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 
 from minibroker.client.network import ClientNetwork
-from minibroker.client.settle import settle
+from minibroker.client.settle import settle, to_leaders
 from minibroker.client.types import TopicPartition
-from minibroker.errors import ErrorCode, KafkaError
+from minibroker.errors import KafkaError
 from minibroker.protocol.api import ApiKey
 
 
 async def _once(net: ClientNetwork, offsets: Mapping[TopicPartition, int], timeout_ms: int
                 ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, KafkaError]]:
-    by_node: dict[int, dict[str, list[dict]]] = {}
-    errors: dict[TopicPartition, KafkaError] = {}
-    for tp, offset in offsets.items():
-        leader = net.cache.leader_id(tp)
-        if leader is None:
-            errors[tp] = KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"{tp}: no known leader")
-            continue
-        by_node.setdefault(leader, {}).setdefault(tp.topic, []).append({"partition": tp.partition, "offset": offset})
-    answers: dict[TopicPartition, int] = {}
-
-    async def one(node: int, topics: dict[str, list[dict]]) -> None:
-        body = {"topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()], "timeout_ms": timeout_ms}
-        try:
-            resp = await net.request(node, ApiKey.DELETE_RECORDS, body, channel="meta",
-                                     timeout_ms=timeout_ms + net.request_timeout_ms)
-        except KafkaError as exc:
-            for t, ps in topics.items():
-                for p in ps:
-                    errors[TopicPartition(t, p["partition"])] = KafkaError(exc.code, f"broker {node}: {exc.message}",
-                                                                           remote=exc.remote)
-            return
-        for t in resp.get("topics", ()):
-            for p in t.get("partitions", ()):
-                tp = TopicPartition(t["topic"], p["partition"])
-                if p.get("error", 0):
-                    errors[tp] = KafkaError(p["error"], p.get("message") or f"{tp} on broker {node}", remote=True)
-                else:
-                    answers[tp] = p["low_watermark"]
-    await asyncio.gather(*(one(n, t) for n, t in by_node.items()))
-    for tp in offsets:
-        if tp not in answers and tp not in errors:
-            errors[tp] = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{tp}: no answer")
-    return answers, errors
+    return await to_leaders(net, offsets, ApiKey.DELETE_RECORDS,
+                            lambda tp, offset: {"partition": tp.partition, "offset": offset},
+                            lambda topics: {"topics": topics, "timeout_ms": timeout_ms},
+                            lambda p: int(p["low_watermark"]),
+                            timeout_ms=timeout_ms + net.request_timeout_ms, partition_messages=True)
 
 
 async def delete_records(net: ClientNetwork, offsets: Mapping[TopicPartition, int], *, timeout_ms: int = 60_000

@@ -8,14 +8,13 @@ metadata refresh until the deadline.
 """
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from collections.abc import Mapping
 
 from minibroker.client.network import ClientNetwork
-from minibroker.client.settle import settle
+from minibroker.client.settle import settle, to_leaders
 from minibroker.client.types import TopicPartition
-from minibroker.errors import ErrorCode, KafkaError
+from minibroker.errors import KafkaError
 from minibroker.protocol.api import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, ApiKey
 
 __all__ = ["EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "MAX_TIMESTAMP", "OffsetResult", "list_offsets_once",
@@ -33,42 +32,12 @@ async def list_offsets_once(net: ClientNetwork, specs: Mapping[TopicPartition, i
                             timeout_ms: int | None = None
                             ) -> tuple[dict[TopicPartition, OffsetResult], dict[TopicPartition, KafkaError]]:
     """One round: send a ListOffsets to each leader; returns (answers, errors per partition)."""
-    by_node: dict[int, dict[str, list[dict]]] = {}
-    errors: dict[TopicPartition, KafkaError] = {}
-    for tp, ts in specs.items():
-        leader = net.cache.leader_id(tp)
-        if leader is None:
-            errors[tp] = KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"{tp}: no known leader")
-            continue
-        by_node.setdefault(leader, {}).setdefault(tp.topic, []).append(
-            {"partition": tp.partition, "timestamp": ts, "current_leader_epoch": net.cache.leader_epoch(tp)})
-
-    async def one(node: int, topics: dict[str, list[dict]]) -> None:
-        body = {"replica_id": -1, "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}
-        try:
-            resp = await net.request(node, ApiKey.LIST_OFFSETS, body, channel="meta", timeout_ms=timeout_ms)
-            if resp.get("error"):
-                raise KafkaError(resp["error"], resp.get("message", ""), remote=True)
-        except KafkaError as exc:
-            for t, ps in topics.items():
-                for p in ps:
-                    errors[TopicPartition(t, p["partition"])] = KafkaError(exc.code, f"broker {node}: {exc.message}",
-                                                                           remote=exc.remote)
-            return
-        for t in resp.get("topics", ()):
-            for p in t.get("partitions", ()):
-                tp = TopicPartition(t["topic"], p["partition"])
-                if p.get("error", 0):
-                    errors[tp] = KafkaError(p["error"], f"{tp} on broker {node}", remote=True)
-                else:
-                    answers[tp] = OffsetResult(p["offset"], p.get("leader_epoch", -1), p.get("timestamp", -1))
-
-    answers: dict[TopicPartition, OffsetResult] = {}
-    await asyncio.gather(*(one(n, t) for n, t in by_node.items()))
-    for tp in specs:
-        if tp not in answers and tp not in errors:
-            errors[tp] = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{tp}: no answer")
-    return answers, errors
+    return await to_leaders(
+        net, specs, ApiKey.LIST_OFFSETS,
+        lambda tp, ts: {"partition": tp.partition, "timestamp": ts, "current_leader_epoch": net.cache.leader_epoch(tp)},
+        lambda topics: {"replica_id": -1, "topics": topics},
+        lambda p: OffsetResult(p["offset"], p.get("leader_epoch", -1), p.get("timestamp", -1)),
+        timeout_ms=timeout_ms)
 
 
 async def list_offsets_settled(net: ClientNetwork, specs: Mapping[TopicPartition, int], *, timeout_ms: int = 60_000

@@ -1,8 +1,11 @@
-"""Process-wide allocator settings for minibroker's own programs (broker,
-controller, the CLI and its bench), applied once at start.
+"""Process-wide allocator and garbage-collector settings for minibroker's own
+programs (broker, controller, the CLI and its bench), applied once at start.
 
 Owns nothing after the call. Must not be called by the client library on a
-user's behalf: a program embedding the Producer decides its own allocator.
+user's behalf: a program embedding the Producer or the Consumer decides its
+own allocator and collector.
+
+The allocator (`tune_allocator`):
 
 Why: batches are 16 KB-4 MB buffers that live for one request. glibc's
 malloc serves them from the heap once its dynamic mmap threshold has risen
@@ -18,6 +21,7 @@ MMAP_THRESHOLD from the heap. The cost is that much RSS kept after a peak.
 from __future__ import annotations
 
 import ctypes
+import gc
 import logging
 import os
 
@@ -45,3 +49,18 @@ def tune_allocator() -> bool:
     if not ok:
         log.debug("mallopt refused the thresholds; glibc's defaults stay")
     return ok
+
+
+def tune_gc() -> None:
+    """The collector (generation 2) collections walk every live object. In a broker,
+    with a large request's hundreds of thousands of objects, they paused the loop for
+    100 ms and more; in the bench's end-to-end consumer, whose start-up heap (35,000
+    objects: the modules, asyncio, uvloop, the client) is all they walk, each cost
+    12-25 ms of CPU, one every 3-4 s at 520,000 records/s (its decoded records are
+    allocated, and counted by the collector, faster than it frees them), and every
+    record in flight meanwhile waited that long. Objects alive at start-up leave the
+    collector's view (gc.freeze), the youngest generation is collected after 10,000
+    net allocations instead of 700, and full collections run 100 times less often."""
+    gc.freeze()
+    gen0, gen1, _ = gc.get_threshold()
+    gc.set_threshold(max(gen0, 10_000), gen1, 1_000)

@@ -5,13 +5,12 @@ few lifecycle lines, otherwise quiet) and runs `BrokerServer`."""
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import sys
 
 from minibroker.broker.server import BrokerServer
-from minibroker.memory import tune_allocator
+from minibroker.memory import tune_allocator, tune_gc
 from minibroker.config import Config
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -29,16 +28,6 @@ def setup_logging(config: Config) -> None:
         root.addHandler(handler)
     root.setLevel(level)
     logging.getLogger("asyncio").setLevel(logging.WARNING)
-
-
-def tune_gc() -> None:
-    """Full (generation 2) collections walk every live object: with a large
-    request's hundreds of thousands of objects they paused the loop for
-    100 ms and more. Objects alive at startup leave the collector's view
-    (gc.freeze), and full collections run 100 times less often."""
-    gc.freeze()
-    gen0, gen1, _ = gc.get_threshold()
-    gc.set_threshold(max(gen0, 10_000), gen1, 1_000)
 
 
 def raise_fd_limit() -> None:

@@ -38,8 +38,7 @@ async def serve_until_signalled(config: Config) -> None:
 def run(config: Config) -> None:
     """Blocking entry point for the CLI: uvloop, serve until SIGTERM/SIGINT, exit cleanly."""
     configure_logging()
-    from minibroker.broker.main import tune_gc
-    from minibroker.memory import tune_allocator
+    from minibroker.memory import tune_allocator, tune_gc
     tune_gc()
     tune_allocator()
     uvloop.run(serve_until_signalled(config))

@@ -1,9 +1,12 @@
-"""`minibroker consumer-groups` (kafka-consumer-groups): --list, --describe, --reset-offsets, --delete.
+"""`minibroker consumer-groups` (kafka-consumer-groups): --list, --describe, --reset-offsets, --delete,
+--delete-offsets.
 
 Thin by rule: options and Kafka's output formats; the work is in
 minibroker.client.group_admin.
 """
 from __future__ import annotations
+
+import sys
 
 import click
 
@@ -11,7 +14,8 @@ from minibroker.cli.common import bootstrap_option, fail, handle_errors, reachab
 from minibroker.client.admin import Admin
 from minibroker.client.group_admin import GroupAdmin, GroupView
 from minibroker.client.types import TopicPartition
-from minibroker.errors import ErrorCode
+from minibroker.cli.format import java_exception
+from minibroker.errors import ErrorCode, KafkaError, error_name
 
 _DRY_RUN_WARNING = ("WARN: No action will be performed as the --execute option is missing. "
                     "You should add the --dry-run option explicitly if you are scripting this command "
@@ -82,6 +86,33 @@ def state_lines(v: GroupView) -> list[str]:
             f"{v.group_id:<{w}} {coordinator:<25} {v.protocol:<20} {v.state:<15} {len(v.members)}"]
 
 
+def delete_offsets_lines(group: str, topics: list[str], group_error: int,
+                         results: dict[TopicPartition, int]) -> tuple[list[str], list[str]]:
+    """kafka-consumer-groups --delete-offsets: (stdout lines, stderr lines). A partition -1 is a topic
+    whose partitions could not be listed ("Not Provided"); a partition error is also the top-level one."""
+    out: list[str] = []
+    err: list[str] = []
+    top = group_error or next((c for _, c in sorted(results.items()) if c), 0)
+    if top == 0:
+        out.append(f"Request succeed for deleting offsets with topic {', '.join(topics)} group {group}")
+    else:
+        message = {
+            ErrorCode.INVALID_GROUP_ID: f"'{group}' is not valid.",
+            ErrorCode.GROUP_ID_NOT_FOUND: f"'{group}' does not exist.",
+            ErrorCode.NON_EMPTY_GROUP: f"Deleting offsets of a consumer group '{group}' is forbidden if the group "
+                                       "is not empty.",
+            ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC: "Encounter some partition level error, see the follow-up details:",
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "Encounter some partition level error, see the follow-up details:",
+        }.get(top, f"Encounter some unknown error: {error_name(top)}")     # type: ignore[call-overload]
+        err += ["", f"Error: {message}"]
+    out += ["", f"{'TOPIC':<30} {'PARTITION':<15} {'STATUS':<15}"]
+    for tp, code in sorted(results.items(), key=lambda kv: kv[0].topic + str(kv[0].partition)):
+        status = "Successful" if code == 0 else f"Error: :org.apache.kafka.common.errors.{java_exception(code)}"
+        partition = str(tp.partition) if tp.partition >= 0 else "Not Provided"
+        out.append(f"{tp.topic:<30} {partition:<15} {status:<15}")
+    return out, err
+
+
 def reset_lines(group: str, targets: dict[TopicPartition, int]) -> list[str]:
     out = ["", f"{'GROUP':<30} {'TOPIC':<30} {'PARTITION':<10} {'NEW-OFFSET':<15}"]
     for tp, o in sorted(targets.items()):
@@ -95,8 +126,12 @@ def reset_lines(group: str, targets: dict[TopicPartition, int]) -> list[str]:
 @click.option("--describe", is_flag=True, help="Describe --group: offsets, log end (high watermark), lag, members.")
 @click.option("--reset-offsets", is_flag=True, help="Reset --group's offsets (dry run unless --execute).")
 @click.option("--delete", is_flag=True, help="Delete --group (only a group without active members).")
+@click.option("--delete-offsets", is_flag=True,
+              help="Delete --group's committed offsets of each --topic (not of topics its members subscribe to).")
 @click.option("--group", help="The consumer group.")
-@click.option("--topic", help="--reset-offsets: the topic whose partitions are reset.")
+@click.option("--topic", "topics", multiple=True,
+              help="--reset-offsets: the topic whose partitions are reset; --delete-offsets: a topic, or "
+                   "TOPIC:P,Q for some of its partitions (repeatable).")
 @click.option("--all-topics", is_flag=True, help="--reset-offsets: every topic the group has offsets for.")
 @click.option("--to-earliest", is_flag=True, help="Reset to the log start offset.")
 @click.option("--to-latest", is_flag=True, help="Reset to the high watermark.")
@@ -111,15 +146,22 @@ def reset_lines(group: str, targets: dict[TopicPartition, int]) -> list[str]:
 @click.option("--verbose", is_flag=True, help="--describe --members: each member's assignment too.")
 @handle_errors
 def consumer_groups(bootstrap_server: str | None, list_: bool, describe: bool, reset_offsets: bool, delete: bool,
-                    group: str | None, topic: str | None, all_topics: bool, to_earliest: bool, to_latest: bool,
+                    delete_offsets: bool, group: str | None, topics: tuple[str, ...], all_topics: bool,
+                    to_earliest: bool, to_latest: bool,
                     to_offset: int | None, execute: bool, dry_run: bool, states: str | None, members: bool,
                     offsets: bool, verbose: bool) -> None:
-    """List, describe, reset and delete consumer groups, as kafka-consumer-groups does."""
-    actions = sum((list_, describe, reset_offsets, delete))
+    """List, describe, reset and delete consumer groups and their offsets, as kafka-consumer-groups does."""
+    actions = sum((list_, describe, reset_offsets, delete, delete_offsets))
     if actions != 1:
-        fail("Command must include exactly one action: --list, --describe, --delete, --reset-offsets")
+        fail("Command must include exactly one action: --list, --describe, --delete, --reset-offsets, "
+             "--delete-offsets")
     if not list_ and not group:
-        fail("Option --group is required with --describe, --delete and --reset-offsets")
+        fail("Option --group is required with --describe, --delete, --reset-offsets and --delete-offsets")
+    if delete_offsets and not topics:
+        fail("Option --delete-offsets needs at least one --topic")
+    if reset_offsets and len(topics) > 1:
+        fail("Option --reset-offsets takes one --topic")
+    topic = topics[0] if topics and not delete_offsets else None
     if (members or offsets) and not describe:
         fail("Option --members and --offsets are only valid with --describe")
     if verbose and not (describe and members):
@@ -166,10 +208,33 @@ def consumer_groups(bootstrap_server: str | None, list_: bool, describe: bool, r
                 if code == ErrorCode.NONE:
                     click.echo(f"Deletion of requested consumer groups ('{group}') was successful.")
                 else:
-                    reason = {ErrorCode.NON_EMPTY_GROUP: "GroupNotEmptyException: The group is not empty.",
-                              ErrorCode.GROUP_ID_NOT_FOUND: "GroupIdNotFoundException: The group id does not exist."}
                     fail(f"Error: Deletion of some consumer groups failed:\n* Group '{group}' could not be deleted "
-                         f"due to: {reason.get(ErrorCode(code), ErrorCode(code).name)}")
+                         f"due to: {java_exception(code)}")
+            elif delete_offsets:
+                assert group is not None
+                wanted: list[TopicPartition] = []
+                results: dict[TopicPartition, int] = {}
+                for spec in topics:
+                    name, colon, parts = spec.partition(":")
+                    if colon:
+                        try:
+                            wanted += [TopicPartition(name, int(p)) for p in parts.split(",")]
+                        except ValueError:
+                            fail(f"Error: --topic {spec}: partitions must be integers (TOPIC:0,1)")
+                        continue
+                    try:
+                        wanted += [TopicPartition(name, p) for p in await ga.partitions(name)]
+                    except KafkaError as exc:
+                        results[TopicPartition(name, -1)] = int(exc.code)
+                group_error, deleted = await ga.delete_offsets(group, wanted) if wanted else (0, {})
+                results.update(deleted)
+                out, err = delete_offsets_lines(group, list(topics), group_error, results)
+                for line in err:
+                    click.echo(line, err=True)
+                for line in out:
+                    click.echo(line)
+                if err:
+                    sys.exit(1)
             else:
                 assert group is not None
                 specs = [s for s, on in (("earliest", to_earliest), ("latest", to_latest),

@@ -8,23 +8,8 @@ import click
 from minibroker.cli.common import bootstrap_option, handle_errors, parse_file, reachable_bootstrap, run_async
 from minibroker.client.admin import Admin
 from minibroker.client.types import TopicPartition
-from minibroker.errors import ErrorCode, KafkaError, error_name
-
-# The Java exception each DeleteRecords error surfaces as, with its default message (what the tool prints).
-_JAVA: dict[int, str] = {
-    ErrorCode.OFFSET_OUT_OF_RANGE: "OffsetOutOfRangeException: The requested offset is not within the range of "
-                                   "offsets maintained by the server.",
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "UnknownTopicOrPartitionException: This server does not host this "
-                                          "topic-partition.",
-    ErrorCode.NOT_LEADER_OR_FOLLOWER: "NotLeaderOrFollowerException: For requests intended only for the leader, "
-                                      "this error indicates that the broker is not the current leader. For requests "
-                                      "intended for any replica, this error indicates that the broker is not a "
-                                      "replica of the topic partition.",
-    ErrorCode.LEADER_NOT_AVAILABLE: "LeaderNotAvailableException: There is no leader for this topic-partition as "
-                                    "we are in the middle of a leadership election.",
-    ErrorCode.REQUEST_TIMED_OUT: "TimeoutException: The request timed out.",
-}
-
+from minibroker.cli.format import java_exception
+from minibroker.errors import KafkaError
 
 def offsets_from_json(text: str) -> dict[TopicPartition, int]:
     """kafka-delete-records' --offset-json-file: {"partitions": [{"topic": T, "partition": N, "offset": O}, ...],
@@ -58,8 +43,7 @@ def result_lines(low: dict[TopicPartition, int], errors: dict[TopicPartition, Ka
             lines.append(f"partition: {tp}\tlow_watermark: {low[tp]}")
         else:
             code = int(errors[tp].code)
-            java = _JAVA.get(code, f"KafkaException: {error_name(code)}")
-            lines.append(f"partition: {tp}\terror: org.apache.kafka.common.errors.{java}")
+            lines.append(f"partition: {tp}\terror: org.apache.kafka.common.errors.{java_exception(code)}")
     return lines
 
 

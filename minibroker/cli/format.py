@@ -9,7 +9,32 @@ from collections.abc import Iterable, Mapping
 from minibroker.client.describe import PartitionDescription, TopicDescription
 from minibroker.client.types import TopicPartition
 from minibroker.dynamic_config import ConfigEntry, ConfigSource
-from minibroker.errors import KafkaError
+from minibroker.errors import ErrorCode, KafkaError, error_name
+
+
+# The Java exception a Kafka tool reports an error code as, with its default message (what the tool prints).
+_JAVA: dict[int, str] = {
+    ErrorCode.OFFSET_OUT_OF_RANGE: "OffsetOutOfRangeException: The requested offset is not within the range of "
+                                   "offsets maintained by the server.",
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "UnknownTopicOrPartitionException: This server does not host this "
+                                          "topic-partition.",
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: "NotLeaderOrFollowerException: For requests intended only for the leader, "
+                                      "this error indicates that the broker is not the current leader. For requests "
+                                      "intended for any replica, this error indicates that the broker is not a "
+                                      "replica of the topic partition.",
+    ErrorCode.LEADER_NOT_AVAILABLE: "LeaderNotAvailableException: There is no leader for this topic-partition as "
+                                    "we are in the middle of a leadership election.",
+    ErrorCode.REQUEST_TIMED_OUT: "TimeoutException: The request timed out.",
+    ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC: "GroupSubscribedToTopicException: The consumer group is actively "
+                                         "subscribed to the topic",
+    ErrorCode.GROUP_ID_NOT_FOUND: "GroupIdNotFoundException: The group id does not exist.",
+    ErrorCode.NON_EMPTY_GROUP: "GroupNotEmptyException: The group is not empty.",
+}
+
+
+def java_exception(code: int) -> str:
+    """`Name: message` of the Java exception Kafka's admin client raises for `code`."""
+    return _JAVA.get(code, f"KafkaException: {error_name(code)}")
 
 
 def ids(xs: Iterable[int] | None) -> str:

@@ -9,69 +9,31 @@ Must not know: the network, the group protocol's rules (the coordinator).
 """
 from __future__ import annotations
 
-import struct
-
 from minibroker.client.types import TopicPartition
+from minibroker.protocol.consumer_subscription import (INT16, INT32, PROTOCOL_TYPE, Reader, decode_subscription,
+                                                       encode_string, encode_subscription)
 
-PROTOCOL_TYPE = "consumer"
+__all__ = ["PROTOCOL_TYPE", "RANGE", "decode_assignment", "decode_subscription", "encode_assignment",
+           "encode_subscription", "range_assign"]
+
 RANGE = "range"
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-
-
-def _string(s: str) -> bytes:
-    b = s.encode()
-    return _I16.pack(len(b)) + b
-
-
-def encode_subscription(topics: list[str], user_data: bytes = b"") -> bytes:
-    return _I16.pack(0) + _I32.pack(len(topics)) + b"".join(_string(t) for t in topics) + \
-        _I32.pack(len(user_data)) + user_data
-
-
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data, self.pos = data, 0
-
-    def take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise ValueError("truncated consumer protocol bytes")
-        b = self.data[self.pos:self.pos + n]
-        self.pos += n
-        return b
-
-    def i16(self) -> int:
-        return int(_I16.unpack(self.take(2))[0])
-
-    def i32(self) -> int:
-        return int(_I32.unpack(self.take(4))[0])
-
-    def string(self) -> str:
-        return self.take(self.i16()).decode()
-
-
-def decode_subscription(data: bytes) -> list[str]:
-    """The topics of a ConsumerProtocolSubscription (any version: later fields are ignored)."""
-    r = _Reader(data)
-    r.i16()
-    return [r.string() for _ in range(r.i32())]
 
 
 def encode_assignment(partitions: list[TopicPartition]) -> bytes:
     by_topic: dict[str, list[int]] = {}
     for tp in sorted(partitions):
         by_topic.setdefault(tp.topic, []).append(tp.partition)
-    out = [_I16.pack(0), _I32.pack(len(by_topic))]
+    out = [INT16.pack(0), INT32.pack(len(by_topic))]
     for t, ps in by_topic.items():
-        out.append(_string(t) + _I32.pack(len(ps)) + b"".join(_I32.pack(p) for p in ps))
-    out.append(_I32.pack(-1))            # null user data
+        out.append(encode_string(t) + INT32.pack(len(ps)) + b"".join(INT32.pack(p) for p in ps))
+    out.append(INT32.pack(-1))            # null user data
     return b"".join(out)
 
 
 def decode_assignment(data: bytes) -> list[TopicPartition]:
     if not data:
         return []
-    r = _Reader(data)
+    r = Reader(data)
     r.i16()
     out = []
     for _ in range(r.i32()):

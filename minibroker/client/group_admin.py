@@ -5,7 +5,7 @@ Kafka's admin asks every broker), describing a group (its coordinator's
 DescribeGroups and OffsetFetch, members' assignments decoded from Kafka's
 consumer protocol, the high watermark of each partition for LAG), computing
 and committing offset resets (only to a group without active members, as
-Kafka), and deleting groups.
+Kafka), deleting groups, and deleting a group's committed offsets (KIP-496).
 
 Must not know: formatting (minibroker.cli.consumer_groups), the group rules.
 """
@@ -119,7 +119,7 @@ class GroupAdmin:
         log's range, as Kafka), for the topic's partitions (default: the group's committed ones)."""
         view = await self.describe(group_id)
         if topic is not None:
-            tps = [TopicPartition(topic, p) for p in await self._partitions(topic)]
+            tps = [TopicPartition(topic, p) for p in await self.partitions(topic)]
         else:
             tps = sorted(view.committed)
         earliest = await self.admin.list_offsets({tp: EARLIEST_TIMESTAMP for tp in tps}) if tps else {}
@@ -136,7 +136,8 @@ class GroupAdmin:
                 out[tp] = min(max(to_offset, lo), hi)
         return out
 
-    async def _partitions(self, topic: str) -> list[int]:
+    async def partitions(self, topic: str) -> list[int]:
+        """The topic's partition ids (KafkaError UNKNOWN_TOPIC_OR_PARTITION for a topic that does not exist)."""
         return sorted((await self.admin.topic_offsets(topic)).keys())
 
     async def commit(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
@@ -159,3 +160,19 @@ class GroupAdmin:
                                    lambda r: r.get("error") or r["results"][0]["error"])
         check(resp)
         return int(resp["results"][0]["error"])
+
+    async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]
+                             ) -> tuple[int, dict[TopicPartition, int]]:
+        """OffsetDelete: the group-level error (every partition then carries it, as Kafka's admin
+        client reports it) and each partition's error; 0 where its offset is gone."""
+        by_topic: dict[str, list[int]] = {}
+        for tp in sorted(set(partitions)):
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        _, resp = await self._call(group_id, ApiKey.OFFSET_DELETE, {
+            "group_id": group_id, "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]})
+        group_error = int(resp.get("error", 0))
+        if group_error:
+            return group_error, {tp: group_error for tp in partitions}
+        out = {TopicPartition(t["topic"], p["partition"]): int(p["error"]) for t in resp["topics"]
+               for p in t["partitions"]}
+        return 0, out

@@ -18,7 +18,10 @@ Must not know: sockets, the log or how records are encoded (the driver,
 minibroker.coordinator.service, stores what `StoreGroup` and commits
 describe), clocks, random ids (the driver hands in the id a new member gets),
 which assignor the members use (the leader member assigns; the group only
-carries the bytes), asyncio.
+carries the bytes), asyncio. It reads one thing of the members' protocol
+bytes, as Kafka's ClassicGroup does: the topics a "consumer" group's members
+subscribe to (the ConsumerProtocolSubscription prefix every version shares),
+which OffsetDelete must not delete the offsets of.
 
 As Kafka's GroupCoordinator/ClassicGroup: a rebalance waits until every
 member has rejoined or the largest rebalance timeout passes (members that
@@ -34,6 +37,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from minibroker.protocol.consumer_subscription import PROTOCOL_TYPE as CONSUMER_PROTOCOL_TYPE, decode_subscription
 from minibroker.errors import ErrorCode
 
 NO_GENERATION = -1
@@ -133,6 +137,16 @@ class GroupEvent:
 Decision = JoinResponse | SyncResponse | StoreGroup | GroupEvent
 
 
+@dataclass(frozen=True)
+class OffsetDeletion:
+    """What OffsetDelete decided: a group-level error (nothing else then), each asked partition's
+    error by topic in the request's order, and the committed offsets to tombstone (those asked,
+    not refused, that the group has), which the driver stores before `expire` drops them."""
+    error: ErrorCode
+    results: tuple[tuple[str, tuple[tuple[int, ErrorCode], ...]], ...] = ()
+    tombstones: tuple[tuple[str, int], ...] = ()
+
+
 @dataclass
 class Group:
     """Invariants: `leader` is a member id in `members` or NO_MEMBER; in
@@ -162,6 +176,10 @@ class Group:
     # Invariant: while sync_deadline_ms >= 0, the members of this generation that have not sent its
     # SyncGroup (Kafka's pending sync members); removed at the deadline, in CompletingRebalance or Stable.
     pending_sync: set[str] = field(default_factory=set)
+    # Invariant: the topics the members of the current generation subscribe to (Kafka's subscribedTopics),
+    # set when a generation starts and when the group is restored; None when unknown (not a "consumer"
+    # group, or its protocol bytes could not be read): then a "consumer" group counts as subscribed to all.
+    subscribed_topics: frozenset[str] | None = None
 
     # ------------------------------------------------------------------ JoinGroup
 
@@ -381,12 +399,14 @@ class Group:
         if not self.members:
             self.protocol_type = self.protocol_name = None
             self.leader = NO_MEMBER
+            self.subscribed_topics = self.compute_subscribed_topics()
             out += self._transition(GroupState.EMPTY, now_ms, f"generation {self.generation_id} has no members")
             out.append(StoreGroup(self.group_id, self.generation_id))
             return out
         if self.leader not in joined:
             self.leader = joined[0]                   # Kafka's maybeElectNewJoinedLeader
         self.protocol_name = self._select_protocol()
+        self.subscribed_topics = self.compute_subscribed_topics()
         out += self._transition(GroupState.COMPLETING_REBALANCE, now_ms,
                                 f"generation {self.generation_id} with {len(self.members)} member(s), "
                                 f"leader {self.leader}, protocol {self.protocol_name}")
@@ -573,6 +593,50 @@ class Group:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
 
+    def compute_subscribed_topics(self) -> frozenset[str] | None:
+        """The topics the members subscribe to, read from their metadata for the chosen protocol
+        (Kafka's computeSubscribedTopics); None when that cannot be known. Triggered when a
+        generation starts and when a stored group is restored."""
+        if self.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return None
+        if not self.members:
+            return frozenset()
+        if self.protocol_name is None:
+            return None
+        topics: set[str] = set()
+        try:
+            for m in self.members.values():
+                topics.update(decode_subscription(m.metadata(self.protocol_name)))
+        except (ValueError, UnicodeDecodeError):
+            return None
+        return frozenset(topics)
+
+    def is_subscribed_to(self, topic: str) -> bool:
+        """Kafka's isSubscribedToTopic: unknown subscriptions count as all topics for a "consumer" group."""
+        if self.subscribed_topics is None:
+            return self.protocol_type == CONSUMER_PROTOCOL_TYPE
+        return topic in self.subscribed_topics
+
+    def maybe_delete_offsets(self, topics: list[tuple[str, list[int]]]) -> OffsetDeletion:
+        """Triggered by OffsetDelete (KIP-496), as Kafka's validateOffsetDelete and deleteOffsets: a Dead
+        group is GROUP_ID_NOT_FOUND; a group with members that is not a "consumer" group NON_EMPTY_GROUP;
+        otherwise each partition of a topic the members subscribe to is GROUP_SUBSCRIBED_TO_TOPIC and
+        every other one NONE, its committed offset (if any) to be tombstoned. An Empty group has no
+        subscriptions, so all its offsets can go."""
+        if self.state is GroupState.DEAD:
+            return OffsetDeletion(ErrorCode.GROUP_ID_NOT_FOUND)
+        if self.state is not GroupState.EMPTY and self.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return OffsetDeletion(ErrorCode.NON_EMPTY_GROUP)
+        results: list[tuple[str, tuple[tuple[int, ErrorCode], ...]]] = []
+        tombstones: list[tuple[str, int]] = []
+        for topic, partitions in topics:
+            if self.is_subscribed_to(topic):
+                results.append((topic, tuple((p, ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC) for p in partitions)))
+                continue
+            results.append((topic, tuple((p, ErrorCode.NONE) for p in partitions)))
+            tombstones += [(topic, p) for p in partitions if (topic, p) in self.offsets]
+        return OffsetDeletion(ErrorCode.NONE, tuple(results), tuple(dict.fromkeys(tombstones)))
+
     def commit(self, offsets: dict[tuple[str, int], CommittedOffset], written_ms: int) -> None:
         """Triggered once committed offsets are stored (or replayed from the log)."""
         self.offsets.update(offsets)
@@ -580,7 +644,8 @@ class Group:
             self.offset_written_ms[tp] = written_ms
 
     def expire(self, tps: list[tuple[str, int]]) -> None:
-        """Triggered by offset expiration (minibroker.coordinator.retention)."""
+        """Triggered by offset expiration (minibroker.coordinator.retention), and by OffsetDelete once
+        its tombstones are stored."""
         for tp in tps:
             self.offsets.pop(tp, None)
             self.offset_written_ms.pop(tp, None)

@@ -124,6 +124,31 @@ def group_handlers(gc: Callable[[], GroupCoordinator | None]) -> dict[ApiKey, Ha
                 "error": 0})
         return {"error": 0, "message": "", "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
 
+    async def offset_delete(ctx: Any, body: dict[str, Any]) -> dict[str, Any]:
+        """A partition the metadata does not hold is UNKNOWN_TOPIC_OR_PARTITION, before the coordinator
+        sees the rest (Kafka's KafkaApis); a group-level error answers no partition, as Kafka."""
+        c = coordinator()
+        unknown: dict[tuple[str, int], ErrorCode] = {}
+        known: dict[str, list[int]] = {}
+        for t in body["topics"]:
+            for p in t["partitions"]:
+                if c.has_partition(t["topic"], p):
+                    known.setdefault(t["topic"], []).append(p)
+                else:
+                    unknown[(t["topic"], p)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        try:
+            decided = await c.delete_offsets(body["group_id"], list(known.items()))
+        except NotCoordinator as exc:
+            return {"error": int(exc.code), "topics": []}
+        if decided.error != ErrorCode.NONE:
+            return {"error": int(decided.error), "topics": []}
+        result = dict(unknown)
+        for topic, parts in decided.results:
+            result.update({(topic, p): code for p, code in parts})
+        return {"error": 0, "topics": [{"topic": t["topic"], "partitions": [
+            {"partition": p, "error": int(result[(t["topic"], p)])} for p in dict.fromkeys(t["partitions"])]}
+            for t in body["topics"]]}
+
     async def list_groups(ctx: Any, body: dict[str, Any]) -> dict[str, Any]:
         states = {s.lower() for s in body["states"]} or None
         return {"error": 0, "groups": [{"group_id": g, "protocol_type": t, "state": s}
@@ -168,5 +193,5 @@ def group_handlers(gc: Callable[[], GroupCoordinator | None]) -> dict[ApiKey, Ha
         ApiKey.FIND_COORDINATOR: find_coordinator, ApiKey.JOIN_GROUP: join_group, ApiKey.SYNC_GROUP: sync_group,
         ApiKey.HEARTBEAT: heartbeat, ApiKey.LEAVE_GROUP: leave_group, ApiKey.OFFSET_COMMIT: offset_commit,
         ApiKey.OFFSET_FETCH: offset_fetch, ApiKey.LIST_GROUPS: list_groups, ApiKey.DESCRIBE_GROUPS: describe_groups,
-        ApiKey.DELETE_GROUPS: delete_groups,
+        ApiKey.DELETE_GROUPS: delete_groups, ApiKey.OFFSET_DELETE: offset_delete,
     }

@@ -207,6 +207,7 @@ def replay_group_value(g: Group, data: bytes, now_ms: int) -> None:
     g.members = members
     g.static_members = {m.group_instance_id: mid for mid, m in members.items() if m.group_instance_id is not None}
     g.state = GroupState.STABLE if members else GroupState.EMPTY
+    g.subscribed_topics = g.compute_subscribed_topics()
 
 
 def replay(groups: dict[str, Group], key: bytes, value: bytes | None, settings: GroupSettings,

@@ -27,7 +27,7 @@ from typing import Any
 from minibroker.clock import now_ms
 from minibroker.coordinator import records as rec
 from minibroker.coordinator.group import (CommittedOffset, Decision, Group, GroupEvent, GroupSettings, GroupState,
-                                          JoinResponse, StoreGroup, SyncResponse)
+                                          JoinResponse, OffsetDeletion, StoreGroup, SyncResponse)
 from minibroker.coordinator.records import OFFSETS_TOPIC
 from minibroker.coordinator.retention import maybe_refresh
 from minibroker.errors import ErrorCode, KafkaError, error_name
@@ -514,6 +514,29 @@ class GroupCoordinator:
     def describe(self, group_id: str) -> Group | None:
         g = self._group(self._shard(group_id), group_id, create=False)
         return None if g is None or g.state is GroupState.DEAD else g
+
+    async def delete_offsets(self, group_id: str, topics: list[tuple[str, list[int]]]) -> OffsetDeletion:
+        """OffsetDelete: the group core decides which committed offsets go; their tombstones are
+        written with acks=all before the group forgets them. A failed write is the answer's
+        group-level error (Kafka maps it as for a commit), nothing forgotten."""
+        s = self._shard(group_id)
+        g = self._group(s, group_id, create=False)
+        if g is None:
+            return OffsetDeletion(ErrorCode.GROUP_ID_NOT_FOUND)
+        decided = g.maybe_delete_offsets(topics)
+        if decided.error != ErrorCode.NONE or not decided.tombstones:
+            return decided
+        busy = {(group_id, tp) for tp in decided.tombstones}
+        s.busy |= busy
+        try:
+            code = await self._append(s, [(rec.offset_key(group_id, t, p), None) for t, p in decided.tombstones])
+        finally:
+            s.busy -= busy
+        if code != ErrorCode.NONE:
+            return OffsetDeletion(code)
+        if self.shards.get(s.partition) is s and s.groups.get(group_id) is g:
+            g.expire(list(decided.tombstones))
+        return decided
 
     async def delete(self, group_id: str) -> ErrorCode:
         """DeleteGroups: an Empty group's offsets and metadata are tombstoned (acks=all)."""

@@ -61,6 +61,7 @@ class Api(enum.IntEnum):
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
+    OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
 
 
@@ -80,6 +81,7 @@ _CLASSES: dict[Api, tuple[Any, Any]] = {
     Api.DESCRIBE_GROUPS: (_admin.DescribeGroupsRequest, _admin.DescribeGroupsResponse),
     Api.LIST_GROUPS: (_admin.ListGroupsRequest, _admin.ListGroupsResponse),
     Api.DELETE_GROUPS: (_admin.DeleteGroupsRequest, _admin.DeleteGroupsResponse),
+    Api.OFFSET_DELETE: (_consumer.OffsetDeleteRequest, _consumer.OffsetDeleteResponse),
     Api.API_VERSIONS: (_metadata.ApiVersionsRequest, _metadata.ApiVersionsResponse),
     Api.CREATE_TOPICS: (_admin.CreateTopicsRequest, _admin.CreateTopicsResponse),
     Api.DELETE_TOPICS: (_admin.DeleteTopicsRequest, _admin.DeleteTopicsResponse),
@@ -118,6 +120,7 @@ SERVED: dict[Api, tuple[int, int]] = {
     Api.DESCRIBE_GROUPS: (0, 5),
     Api.LIST_GROUPS: (0, 4),
     Api.DELETE_GROUPS: (0, 2),
+    Api.OFFSET_DELETE: (0, 0),
     Api.API_VERSIONS: (0, 4),
     Api.CREATE_TOPICS: (2, 5),
     Api.DELETE_TOPICS: (1, 5),

@@ -97,6 +97,7 @@ class KafkaApis:
             Api.LIST_GROUPS: self._list_groups,
             Api.DESCRIBE_GROUPS: self._describe_groups,
             Api.DELETE_GROUPS: self._delete_groups,
+            Api.OFFSET_DELETE: self._offset_delete,
             Api.CREATE_TOPICS: self._create_topics,
             Api.DELETE_TOPICS: self._delete_topics,
             Api.INIT_PRODUCER_ID: self._init_producer_id,
@@ -589,6 +590,19 @@ class KafkaApis:
             results = [{"group_id": n, "error": int(exc.code)} for n in names]
         return {"throttle_time_ms": 0, "results": [{"group_id": x["group_id"], "error_code": x["error"]}
                                                    for x in results]}
+
+    async def _offset_delete(self, conn: KafkaConnection, req: _Request) -> dict:
+        """KIP-496 (kafka-consumer-groups --delete-offsets, the admin clients' deleteConsumerGroupOffsets)."""
+        r = req.body
+        topics = [{"topic": t.name, "partitions": [p.partition_index for p in t.partitions]} for t in r.topics]
+        self._check_size(sum(len(t["partitions"]) for t in topics))
+        try:
+            a = await self._group_call(conn, req, ApiKey.OFFSET_DELETE, {"group_id": r.group_id, "topics": topics})
+        except KafkaError as exc:
+            a = {"error": int(exc.code), "topics": []}
+        return {"error_code": a["error"], "throttle_time_ms": 0, "topics": [
+            {"name": t["topic"], "partitions": [{"partition_index": p["partition"], "error_code": p["error"]}
+                                                for p in t["partitions"]]} for t in a["topics"]]}
 
     async def _init_producer_id(self, conn: KafkaConnection, req: _Request) -> dict:
         """The broker's InitProducerId handler (ids unique cluster-wide, see

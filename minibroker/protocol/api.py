@@ -44,6 +44,7 @@ class ApiKey(enum.IntEnum):
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
+    OFFSET_DELETE = 47
     DESCRIBE_QUORUM = 55
     ALTER_PARTITION = 56
     DESCRIBE_CLUSTER = 60
@@ -152,6 +153,7 @@ REQUESTS: dict[ApiKey, dict[str, Any]] = {
     ApiKey.LIST_GROUPS: {"states": Opt([str], [])},           # Kafka's state names; [] = every state
     ApiKey.DESCRIBE_GROUPS: {"groups": [str]},
     ApiKey.DELETE_GROUPS: {"groups": [str]},
+    ApiKey.OFFSET_DELETE: {"group_id": str, "topics": [{"topic": str, "partitions": [int]}]},
     ApiKey.INIT_PRODUCER_ID: {
         "transactional_id": Opt(Nullable(str), None),   # transactions are not served: must be null
         "transaction_timeout_ms": Opt(int, -1),

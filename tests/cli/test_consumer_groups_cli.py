@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from minibroker.testing.fixtures import shared_cluster  # noqa: F401
+from minibroker.testing.wait import until_sync
 
 pytestmark = pytest.mark.cluster
 
@@ -24,6 +25,26 @@ def run(c, *args, input=None, timeout=120):
 def ok(r) -> str:
     assert r.returncode == 0, (r.stdout.decode(), r.stderr.decode())
     return r.stdout.decode()
+
+
+def start_member(c, topic: str, group: str) -> subprocess.Popen:
+    """A `consume --group --follow` process, once it owns `topic`'s partition 0 in a Stable group."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MINIBROKER_")}
+    env["MINIBROKER_BOOTSTRAP"] = c.bootstrap
+    member = subprocess.Popen([sys.executable, "-m", "minibroker.cli", "consume", "--topic", topic, "--group",
+                               group, "--follow"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def stable() -> bool:
+        r = run(c, "consumer-groups", "--describe", "--group", group)
+        out = r.stdout.decode()
+        return r.returncode == 0 and f" {topic} " in out and "no active" not in out and "rebalancing" not in out
+    try:
+        until_sync(stable, f"the member owns {topic}-0", timeout_s=60, interval_s=0.2)
+    except BaseException:
+        member.kill()
+        member.wait(30)
+        raise
+    return member
 
 
 def row(out: str, topic: str, partition: int) -> list[str]:
@@ -72,7 +93,6 @@ def test_a_static_console_consumer_restarted_keeps_its_partition_and_does_not_le
     """`consume --consumer-property group.instance.id=...` is a static member (KIP-345): stopped, it sends
     no LeaveGroup (the group keeps it, Stable); started again, it takes its old member's place, with a new
     member id, and the group's generation and its other member are left alone."""
-    from minibroker.testing.wait import until_sync
     c = shared_cluster
     ok(run(c, "topics", "create", "--topic", "cg-static", "--partitions", "2", "--replication-factor", "3"))
     ok(run(c, "produce", "--topic", "cg-static", "--property", "parse.key=true", "--property", "key.separator=:",
@@ -131,18 +151,8 @@ def test_a_static_console_consumer_restarted_keeps_its_partition_and_does_not_le
 def test_an_active_groups_offsets_are_not_reset(shared_cluster):
     c = shared_cluster
     ok(run(c, "topics", "create", "--topic", "cg-active", "--partitions", "1", "--replication-factor", "3"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MINIBROKER_")}
-    env["MINIBROKER_BOOTSTRAP"] = c.bootstrap
-    member = subprocess.Popen([sys.executable, "-m", "minibroker.cli", "consume", "--topic", "cg-active", "--group",
-                               "active-g", "--follow"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    member = start_member(c, "cg-active", "active-g")
     try:
-        from minibroker.testing.wait import until_sync
-
-        def stable() -> bool:
-            r = run(c, "consumer-groups", "--describe", "--group", "active-g")
-            return r.returncode == 0 and "cg-active" in r.stdout.decode() and "no active" not in r.stdout.decode() \
-                and "rebalancing" not in r.stdout.decode()
-        until_sync(stable, "the member owns cg-active-0", timeout_s=60, interval_s=0.2)
         described = ok(run(c, "consumer-groups", "--describe", "--group", "active-g"))
         cols = row(described, "cg-active", 0)
         assert cols[6].startswith("console-consumer-") and cols[7].startswith("/127.")
@@ -166,3 +176,46 @@ def test_an_active_groups_offsets_are_not_reset(shared_cluster):
         member.kill()
         member.wait(30)
 
+
+
+def test_delete_offsets_keeps_the_topics_an_active_member_reads(shared_cluster):
+    """kafka-consumer-groups --delete-offsets: Kafka's lines, a partition-level refusal for the topic
+    the live member reads, the topic whose partitions cannot be listed, a group that does not exist."""
+    c = shared_cluster
+    for topic, partitions in (("od-read", "1"), ("od-old", "2")):
+        ok(run(c, "topics", "create", "--topic", topic, "--partitions", partitions, "--replication-factor", "3"))
+    ok(run(c, "produce", "--topic", "od-old", "--partition", "0", input=b"a\nb\n"))
+    ok(run(c, "produce", "--topic", "od-old", "--partition", "1", input=b"c\nd\n"))
+    ok(run(c, "consume", "--topic", "od-old", "--group", "od-g", "--from-beginning", "--max-messages", "4"))
+    member = start_member(c, "od-read", "od-g")
+    try:
+        r = run(c, "consumer-groups", "--delete-offsets", "--group", "od-g", "--topic", "od-read",
+                "--topic", "od-old:0", "--topic", "od-none")
+        assert r.returncode == 1
+        assert r.stderr.decode() == "\nError: Encounter some partition level error, see the follow-up details:\n"
+        assert r.stdout.decode().splitlines() == [
+            "",
+            f"{'TOPIC':<30} {'PARTITION':<15} {'STATUS':<15}",
+            f"{'od-none':<30} {'Not Provided':<15} Error: :org.apache.kafka.common.errors."
+            "UnknownTopicOrPartitionException: This server does not host this topic-partition.",
+            f"{'od-old':<30} {'0':<15} {'Successful':<15}",
+            f"{'od-read':<30} {'0':<15} Error: :org.apache.kafka.common.errors.GroupSubscribedToTopicException: "
+            "The consumer group is actively subscribed to the topic",
+        ]
+        described = ok(run(c, "consumer-groups", "--describe", "--group", "od-g"))
+        assert "od-old" in described and row(described, "od-old", 1)[3] == "2"
+        assert all(line.split()[1:3] != ["od-old", "0"] for line in described.splitlines() if line.split())
+    finally:
+        member.terminate()
+        member.wait(30)
+    until_sync(lambda: "Empty" in run(c, "consumer-groups", "--describe", "--state", "--group", "od-g").stdout.decode(),
+               "the member left the group", timeout_s=60, interval_s=0.2)
+    done = ok(run(c, "consumer-groups", "--delete-offsets", "--group", "od-g", "--topic", "od-old"))
+    assert done.splitlines()[0] == "Request succeed for deleting offsets with topic od-old group od-g"
+    assert done.splitlines()[3:] == [f"{'od-old':<30} {'0':<15} {'Successful':<15}",
+                                     f"{'od-old':<30} {'1':<15} {'Successful':<15}"]
+    missing = run(c, "consumer-groups", "--delete-offsets", "--group", "od-nope", "--topic", "od-old:0")
+    assert missing.returncode == 1 and missing.stderr.decode() == "\nError: 'od-nope' does not exist.\n"
+    assert missing.stdout.decode().splitlines()[-1] == (
+        f"{'od-old':<30} {'0':<15} Error: :org.apache.kafka.common.errors.GroupIdNotFoundException: "
+        "The group id does not exist.")

@@ -5,6 +5,8 @@ import pytest
 
 from minibroker.coordinator.group import CommittedOffset, Group, GroupSettings, GroupState, Member
 from minibroker.coordinator import records as r
+from minibroker.errors import ErrorCode
+from minibroker.protocol.consumer_subscription import encode_subscription
 
 
 def test_group_hash_is_javas_string_hash_code() -> None:
@@ -46,6 +48,21 @@ def test_replaying_a_partition_restores_offsets_groups_and_tombstones() -> None:
     r.replay(groups, r.offset_key("g", "t", 1), None, s, 0)
     r.replay(groups, r.group_key("g"), None, s, 0)
     assert "g" not in groups
+
+
+def test_a_restored_group_knows_what_its_members_subscribe_to() -> None:
+    """As Kafka's loaded ClassicGroup (computeSubscribedTopics on load): OffsetDelete refuses the
+    topics a restored Stable group's members use, before any of them rejoins."""
+    g = Group("g", GroupSettings())
+    g.generation_id, g.protocol_type, g.protocol_name, g.leader = 5, "consumer", "range", "m1"
+    g.members["m1"] = Member("m1", None, "c", "/h", 10_000, 30_000, "consumer",
+                             [("range", encode_subscription(["orders", "audit"]))], b"")
+    groups: dict[str, Group] = {}
+    r.replay(groups, r.group_key("g"), r.group_value(g), GroupSettings(), 500)
+    assert groups["g"].subscribed_topics == frozenset({"orders", "audit"})
+    decided = groups["g"].maybe_delete_offsets([("orders", [0]), ("other", [0])])
+    assert decided.results == (("orders", ((0, ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC),)),
+                               ("other", ((0, ErrorCode.NONE),)))
 
 
 def test_a_truncated_or_unknown_record_is_a_format_error() -> None:

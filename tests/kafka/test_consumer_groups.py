@@ -295,8 +295,21 @@ def test_kafka_python_group_commits_and_a_new_member_resumes_and_its_admin_lists
             return set(resumed) == {p for p, pos in positions.items() if pos < 20}
         until_sync(first_offsets, "the new member's first record of each unfinished partition", timeout_s=120)
         assert all(resumed[p] == positions[p] for p in resumed)
+        # OffsetDelete (KIP-496) through kafka-python's admin: not while a member reads the topic...
+        admin = kafka.KafkaAdminClient(bootstrap_servers=bs)
+        kp0 = kafka.TopicPartition("kp", 0)
+        assert admin.delete_group_offsets("kpg", [kp0]) == {kp0: kafka.errors.GroupSubscribedToTopicError}
     finally:
         second.close()
+    try:
+        # ... and once the group is Empty: partition 0's offset goes, partition 1's stays.
+        assert admin.delete_group_offsets("kpg", [kp0]) == {kp0: kafka.errors.NoError}
+        left = admin.list_group_offsets({"kpg": None})["kpg"]
+        assert {tp.partition for tp in left} == {1}, left
+        with pytest.raises(kafka.errors.GroupIdNotFoundError):
+            admin.delete_group_offsets("no-such-group", [kp0])
+    finally:
+        admin.close()
 
 
 def test_kcat_balanced_consumer_librdkafka_2_0_2_joins_commits_and_a_second_run_resumes(group_cluster):

@@ -15,6 +15,8 @@ from minibroker.client.admin import Admin
 from minibroker.client.group_admin import GroupAdmin, GroupView
 from minibroker.client.types import TopicPartition
 from minibroker.cli.format import java_exception
+from minibroker.cli.reset_spec import ResetError, new_offsets, parse_spec, parse_topics
+from minibroker.clock import wall_ms
 from minibroker.errors import ErrorCode, KafkaError, error_name
 
 _DRY_RUN_WARNING = ("WARN: No action will be performed as the --execute option is missing. "
@@ -113,6 +115,23 @@ def delete_offsets_lines(group: str, topics: list[str], group_error: int,
     return out, err
 
 
+async def _partitions_of(ga: GroupAdmin, scope: list[tuple[str, list[int] | None]]
+                         ) -> tuple[list[TopicPartition], dict[TopicPartition, int]]:
+    """The partitions --topic names (a bare topic: all of its partitions), and each topic whose
+    partitions could not be listed, as partition -1 with its error (kafka-consumer-groups' "Not Provided")."""
+    wanted: list[TopicPartition] = []
+    errors: dict[TopicPartition, int] = {}
+    for name, parts in scope:
+        if parts is not None:
+            wanted += [TopicPartition(name, p) for p in parts]
+            continue
+        try:
+            wanted += [TopicPartition(name, p) for p in await ga.partitions(name)]
+        except KafkaError as exc:
+            errors[TopicPartition(name, -1)] = int(exc.code)
+    return list(dict.fromkeys(wanted)), errors
+
+
 def reset_lines(group: str, targets: dict[TopicPartition, int]) -> list[str]:
     out = ["", f"{'GROUP':<30} {'TOPIC':<30} {'PARTITION':<10} {'NEW-OFFSET':<15}"]
     for tp, o in sorted(targets.items()):
@@ -130,12 +149,18 @@ def reset_lines(group: str, targets: dict[TopicPartition, int]) -> list[str]:
               help="Delete --group's committed offsets of each --topic (not of topics its members subscribe to).")
 @click.option("--group", help="The consumer group.")
 @click.option("--topic", "topics", multiple=True,
-              help="--reset-offsets: the topic whose partitions are reset; --delete-offsets: a topic, or "
-                   "TOPIC:P,Q for some of its partitions (repeatable).")
+              help="--reset-offsets, --delete-offsets: a topic, or TOPIC:P,Q for some of its partitions "
+                   "(repeatable).")
 @click.option("--all-topics", is_flag=True, help="--reset-offsets: every topic the group has offsets for.")
 @click.option("--to-earliest", is_flag=True, help="Reset to the log start offset.")
 @click.option("--to-latest", is_flag=True, help="Reset to the high watermark.")
 @click.option("--to-offset", type=int, help="Reset to this offset (clamped to the log's range).")
+@click.option("--shift-by", type=int, help="Reset to the committed offset plus this (negative: back), clamped.")
+@click.option("--to-current", is_flag=True, help="Reset to the committed offset (the high watermark where none).")
+@click.option("--to-datetime", help="Reset to the first offset at or after YYYY-MM-DDTHH:mm:SS.sss[Z|+hh:mm] "
+                                    "(no zone: local time).")
+@click.option("--by-duration", help="Reset to the first offset at or after now minus an ISO-8601 duration "
+                                    "(PT1H, P1DT2H30M).")
 @click.option("--execute", is_flag=True, help="Commit the reset offsets.")
 @click.option("--dry-run", is_flag=True, help="Only show the offsets a reset would commit (the default).")
 @click.option("--state", "states", is_flag=False, flag_value="", default=None,
@@ -147,9 +172,9 @@ def reset_lines(group: str, targets: dict[TopicPartition, int]) -> list[str]:
 @handle_errors
 def consumer_groups(bootstrap_server: str | None, list_: bool, describe: bool, reset_offsets: bool, delete: bool,
                     delete_offsets: bool, group: str | None, topics: tuple[str, ...], all_topics: bool,
-                    to_earliest: bool, to_latest: bool,
-                    to_offset: int | None, execute: bool, dry_run: bool, states: str | None, members: bool,
-                    offsets: bool, verbose: bool) -> None:
+                    to_earliest: bool, to_latest: bool, to_offset: int | None, shift_by: int | None,
+                    to_current: bool, to_datetime: str | None, by_duration: str | None, execute: bool,
+                    dry_run: bool, states: str | None, members: bool, offsets: bool, verbose: bool) -> None:
     """List, describe, reset and delete consumer groups and their offsets, as kafka-consumer-groups does."""
     actions = sum((list_, describe, reset_offsets, delete, delete_offsets))
     if actions != 1:
@@ -159,9 +184,13 @@ def consumer_groups(bootstrap_server: str | None, list_: bool, describe: bool, r
         fail("Option --group is required with --describe, --delete, --reset-offsets and --delete-offsets")
     if delete_offsets and not topics:
         fail("Option --delete-offsets needs at least one --topic")
-    if reset_offsets and len(topics) > 1:
-        fail("Option --reset-offsets takes one --topic")
-    topic = topics[0] if topics and not delete_offsets else None
+    try:
+        scope = parse_topics(topics)
+        spec = parse_spec(earliest=to_earliest, latest=to_latest, to_offset=to_offset, shift_by=shift_by,
+                          current=to_current, to_datetime=to_datetime, by_duration=by_duration,
+                          now_ms=wall_ms()) if reset_offsets else None
+    except ResetError as exc:
+        fail(f"Error: {exc}")
     if (members or offsets) and not describe:
         fail("Option --members and --offsets are only valid with --describe")
     if verbose and not (describe and members):
@@ -212,21 +241,8 @@ def consumer_groups(bootstrap_server: str | None, list_: bool, describe: bool, r
                          f"due to: {java_exception(code)}")
             elif delete_offsets:
                 assert group is not None
-                wanted: list[TopicPartition] = []
-                results: dict[TopicPartition, int] = {}
-                for spec in topics:
-                    name, colon, parts = spec.partition(":")
-                    if colon:
-                        try:
-                            wanted += [TopicPartition(name, int(p)) for p in parts.split(",")]
-                        except ValueError:
-                            fail(f"Error: --topic {spec}: partitions must be integers (TOPIC:0,1)")
-                        continue
-                    try:
-                        wanted += [TopicPartition(name, p) for p in await ga.partitions(name)]
-                    except KafkaError as exc:
-                        results[TopicPartition(name, -1)] = int(exc.code)
-                group_error, deleted = await ga.delete_offsets(group, wanted) if wanted else (0, {})
+                asked, results = await _partitions_of(ga, scope)
+                group_error, deleted = await ga.delete_offsets(group, asked) if asked else (0, {})
                 results.update(deleted)
                 out, err = delete_offsets_lines(group, list(topics), group_error, results)
                 for line in err:
@@ -236,20 +252,29 @@ def consumer_groups(bootstrap_server: str | None, list_: bool, describe: bool, r
                 if err:
                     sys.exit(1)
             else:
-                assert group is not None
-                specs = [s for s, on in (("earliest", to_earliest), ("latest", to_latest),
-                                         ("offset", to_offset is not None)) if on]
-                if len(specs) != 1:
-                    fail("Option --reset-offsets needs exactly one of --to-earliest, --to-latest, --to-offset")
-                if (topic is None) == (not all_topics):
-                    fail("Option --reset-offsets needs one of --topic or --all-topics")
+                assert group is not None and spec is not None
+                if bool(scope) == all_topics:
+                    fail("One of the reset scopes should be defined: --all-topics, --topic.")
                 if execute and dry_run:
                     fail("Option --execute and --dry-run cannot be used together")
                 v = await ga.describe(group)
                 if v.members or v.state not in ("Empty", "Dead"):
                     fail(f"Error: Assignments can only be reset if the group '{group}' is inactive, "
                          f"but the current state is {v.state}.")
-                targets = await ga.reset_targets(group, topic, specs[0], to_offset)
+                if all_topics:
+                    tps: list[TopicPartition] | None = None
+                else:
+                    tps, unknown = await _partitions_of(ga, scope)
+                    if unknown:
+                        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                         f"topic {sorted(unknown)[0].topic} does not exist")
+                parts, committed, lo, hi, at = await ga.reset_inputs(group, tps, spec.value if spec.by_time else None)
+                try:
+                    targets, warnings = new_offsets(parts, spec, committed, lo, hi, at)
+                except ResetError as exc:
+                    fail(f"Error: {exc}")
+                for line in warnings:
+                    click.echo(f"\n{line}")
                 if not execute and not dry_run:
                     click.echo(_DRY_RUN_WARNING)
                 if execute:

@@ -113,28 +113,21 @@ class GroupAdmin:
         return GroupView(group_id, g["state"], g["protocol_type"], g["protocol"], node, tuple(members),
                          committed, {tp: r.offset for tp, r in ends.items()}, addr)
 
-    async def reset_targets(self, group_id: str, topic: str | None, spec: str, to_offset: int | None
-                            ) -> dict[TopicPartition, int]:
-        """The offsets a reset would commit: --to-earliest / --to-latest / --to-offset N (clamped to the
-        log's range, as Kafka), for the topic's partitions (default: the group's committed ones)."""
+    async def reset_inputs(self, group_id: str, tps: list[TopicPartition] | None, timestamp_ms: int | None
+                           ) -> tuple[list[TopicPartition], dict[TopicPartition, int], dict[TopicPartition, int],
+                                      dict[TopicPartition, int], dict[TopicPartition, int]]:
+        """What a reset decides from, for `tps` (None: the partitions the group has committed offsets for):
+        (the partitions, their committed offsets, log start offsets, high watermarks, and the first offset
+        at or after `timestamp_ms` (-1 where none; empty without a time))."""
         view = await self.describe(group_id)
-        if topic is not None:
-            tps = [TopicPartition(topic, p) for p in await self.partitions(topic)]
-        else:
-            tps = sorted(view.committed)
-        earliest = await self.admin.list_offsets({tp: EARLIEST_TIMESTAMP for tp in tps}) if tps else {}
-        latest = await self.admin.list_offsets({tp: LATEST_TIMESTAMP for tp in tps}) if tps else {}
-        out = {}
-        for tp in tps:
-            lo, hi = earliest[tp].offset, latest[tp].offset
-            if spec == "earliest":
-                out[tp] = lo
-            elif spec == "latest":
-                out[tp] = hi
-            else:
-                assert to_offset is not None
-                out[tp] = min(max(to_offset, lo), hi)
-        return out
+        parts = sorted(view.committed) if tps is None else tps
+        if not parts:
+            return [], dict(view.committed), {}, {}, {}
+        earliest = await self.admin.list_offsets({tp: EARLIEST_TIMESTAMP for tp in parts})
+        latest = await self.admin.list_offsets({tp: LATEST_TIMESTAMP for tp in parts})
+        at = await self.admin.list_offsets({tp: timestamp_ms for tp in parts}) if timestamp_ms is not None else {}
+        return (parts, dict(view.committed), {tp: r.offset for tp, r in earliest.items()},
+                {tp: r.offset for tp, r in latest.items()}, {tp: r.offset for tp, r in at.items()})
 
     async def partitions(self, topic: str) -> list[int]:
         """The topic's partition ids (KafkaError UNKNOWN_TOPIC_OR_PARTITION for a topic that does not exist)."""

@@ -82,6 +82,23 @@ def test_consume_group_commits_and_resumes_and_describe_shows_lag_against_the_hi
            "--execute"))
     after = ok(run(c, "consumer-groups", "--describe", "--group", "cli-g"))
     assert row(after, "cg", 0)[3:6] == ["1", "10", "9"]
+    # The other resets kafka-consumer-groups offers (dry runs unless --execute; NEW-OFFSET is the 4th column).
+    ok(run(c, "consumer-groups", "--reset-offsets", "--group", "cli-g", "--topic", "cg:0", "--shift-by", "2",
+           "--execute"))
+    assert row(ok(run(c, "consumer-groups", "--describe", "--group", "cli-g")), "cg", 0)[3] == "3"
+
+    def dry_new_offset(*how: str) -> tuple[str, str]:
+        out = ok(run(c, "consumer-groups", "--reset-offsets", "--group", "cli-g", "--topic", "cg", *how))
+        return out, row(out, "cg", 0)[3]
+    assert dry_new_offset("--to-current")[1] == "3"
+    assert dry_new_offset("--shift-by", "-100")[1] == "0"
+    assert dry_new_offset("--by-duration", "P1D")[1] == "0"              # every record is younger than a day
+    future, offset = dry_new_offset("--to-datetime", "2999-01-01T00:00:00.000Z")
+    assert offset == "10" and "Warn: Partition 0 from topic cg is empty. Falling back to latest known offset." \
+        in future
+    both = run(c, "consumer-groups", "--reset-offsets", "--group", "cli-g", "--all-topics", "--to-current",
+               "--to-latest")
+    assert both.returncode == 1 and b"takes exactly one of these options" in both.stderr
     deleted = ok(run(c, "consumer-groups", "--delete", "--group", "cli-g"))
     assert "Deletion of requested consumer groups ('cli-g') was successful." in deleted
     assert "cli-g" not in ok(run(c, "consumer-groups", "--list")).split()

@@ -1,7 +1,7 @@
 """consumer-groups --reset-offsets' choices, as kafka-consumer-groups makes them (minibroker.cli.reset_spec)."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timezone, UTC
 
 import pytest
 
@@ -13,7 +13,7 @@ T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
 
 
 def test_datetimes_are_iso_8601_with_an_optional_zone_and_local_time_without_one() -> None:
-    utc = int(datetime(2026, 12, 7, 10, 0, tzinfo=timezone.utc).timestamp() * 1000)
+    utc = int(datetime(2026, 12, 7, 10, 0, tzinfo=UTC).timestamp() * 1000)
     assert parse_datetime("2026-12-07T10:00:00.000Z") == utc
     assert parse_datetime("2026-12-07T10:00:00.250Z") == utc + 250
     assert parse_datetime("2026-12-07T11:00:00+01:00") == utc

@@ -7,6 +7,8 @@ Cores return or emit `Event`s; drivers log them, keep a ring buffer for
   became_leader, became_follower, fenced, unfenced, truncation,
   produce_refused, produce_completed, broker_registered, offline, recovery,
   controlled_shutdown, topic_created, topic_deleted, elr_change, controller_resumed,
+  reassignment (a partition's replicas change: `phase` started, changed, completed or cancelled),
+  leader_epoch_bump (the same leader, a new epoch: replicas left the partition),
   fetch_error, fetcher_recovered, follower_stuck (a follower's fetch answer
   did not move it forward; `after` is the reason, it backs off), its end
   follower_resumed, and the

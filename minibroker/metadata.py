@@ -60,10 +60,24 @@ class PartitionRecord:
     last_known_elr: tuple[int, ...] = ()
     leader_recovery_state: int = RECOVERED
     reason: str = ""
+    # Invariant: during a reassignment (KIP-455), the replicas being added (in the target, not yet in
+    # the ISR) and removed (not in the target); `replicas` is then the target followed by the removed
+    # ones. Both empty otherwise.
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
 
     @property
     def key(self) -> tuple[str, int]:
         return (self.topic, self.partition)
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        """The replicas once the reassignment completes (the replicas, when none is in progress)."""
+        return tuple(r for r in self.replicas if r not in self.removing_replicas)
 
     @property
     def name(self) -> str:
@@ -100,6 +114,9 @@ MetadataRecord = BrokerRecord | TopicRecord | PartitionRecord | RemoveTopicRecor
 
 def to_wire(rec: MetadataRecord, offset: int) -> dict[str, Any]:
     d = asdict(rec)
+    for k in ("adding_replicas", "removing_replicas"):
+        if k in d and not d[k]:
+            del d[k]                    # only during a reassignment: the records of every other partition unchanged
     for k, v in d.items():
         if isinstance(v, tuple):
             d[k] = list(v)
@@ -116,7 +133,7 @@ def from_wire(d: dict[str, Any]) -> tuple[int, MetadataRecord]:
         kw = {k: v for k, v in d.items() if k in names}
         if cls is BrokerRecord:
             kw["listeners"] = tuple(Endpoint(**e) for e in kw["listeners"])
-        for k in ("replicas", "isr", "elr", "last_known_elr"):
+        for k in ("replicas", "isr", "elr", "last_known_elr", "adding_replicas", "removing_replicas"):
             if k in kw:
                 kw[k] = tuple(kw[k])
         if cls is TopicRecord or cls is BrokerConfigRecord:

@@ -456,6 +456,8 @@ class BrokerServer:
             ApiKey.CREATE_TOPICS: HandlerSpec(self._gated(self._create_topics)),
             ApiKey.DELETE_TOPICS: HandlerSpec(self._gated(self._delete_topics)),
             ApiKey.ELECT_LEADERS: HandlerSpec(self._gated(self._elect_leaders)),
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS: HandlerSpec(self._gated(self._alter_partition_reassignments)),
+            ApiKey.LIST_PARTITION_REASSIGNMENTS: HandlerSpec(self._gated(self._list_partition_reassignments)),
             ApiKey.DESCRIBE_CONFIGS: HandlerSpec(self._gated(self._describe_configs)),
             ApiKey.INCREMENTAL_ALTER_CONFIGS: HandlerSpec(self._gated(self._incremental_alter_configs)),
             ApiKey.CREATE_PARTITIONS: HandlerSpec(self._gated(self._create_partitions)),
@@ -563,6 +565,18 @@ class BrokerServer:
     async def _elect_leaders(self, ctx: RequestContext, body: dict) -> dict:
         assert self.channel is not None
         return await self.channel.forward(ApiKey.ELECT_LEADERS, strip_defaults(body, REQUESTS[ApiKey.ELECT_LEADERS]),
+                                          max(0, body.get("timeout_ms", 30_000)) + 5000)
+
+    async def _alter_partition_reassignments(self, ctx: RequestContext, body: dict) -> dict:
+        """Forwarded to the controller (KIP-455); answers once this broker's image holds the new replicas."""
+        return await self._forward_then_catch_up(ApiKey.ALTER_PARTITION_REASSIGNMENTS, body,
+                                                 max(0, body.get("timeout_ms", 30_000)))
+
+    async def _list_partition_reassignments(self, ctx: RequestContext, body: dict) -> dict:
+        """Forwarded to the controller, whose records say which partitions are being reassigned."""
+        assert self.channel is not None
+        return await self.channel.forward(ApiKey.LIST_PARTITION_REASSIGNMENTS,
+                                          strip_defaults(body, REQUESTS[ApiKey.LIST_PARTITION_REASSIGNMENTS]),
                                           max(0, body.get("timeout_ms", 30_000)) + 5000)
 
     async def _describe_configs(self, ctx: RequestContext, body: dict) -> dict:

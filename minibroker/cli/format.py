@@ -12,59 +12,85 @@ from minibroker.dynamic_config import ConfigEntry, ConfigSource
 from minibroker.errors import ErrorCode, KafkaError, error_name
 
 
-# The Java exception a Kafka tool reports an error code as, with its default message (what the tool prints).
-_JAVA: dict[int, str] = {
-    ErrorCode.OFFSET_OUT_OF_RANGE: "OffsetOutOfRangeException: The requested offset is not within the range of "
-                                   "offsets maintained by the server.",
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "UnknownTopicOrPartitionException: This server does not host this "
-                                          "topic-partition.",
-    ErrorCode.NOT_LEADER_OR_FOLLOWER: "NotLeaderOrFollowerException: For requests intended only for the leader, "
-                                      "this error indicates that the broker is not the current leader. For requests "
-                                      "intended for any replica, this error indicates that the broker is not a "
-                                      "replica of the topic partition.",
-    ErrorCode.LEADER_NOT_AVAILABLE: "LeaderNotAvailableException: There is no leader for this topic-partition as "
-                                    "we are in the middle of a leadership election.",
-    ErrorCode.REQUEST_TIMED_OUT: "TimeoutException: The request timed out.",
-    ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC: "GroupSubscribedToTopicException: The consumer group is actively "
-                                         "subscribed to the topic",
-    ErrorCode.GROUP_ID_NOT_FOUND: "GroupIdNotFoundException: The group id does not exist.",
-    ErrorCode.NON_EMPTY_GROUP: "GroupNotEmptyException: The group is not empty.",
+# The Java exception a Kafka tool reports an error code as, and its default message.
+_JAVA: dict[int, tuple[str, str]] = {
+    ErrorCode.OFFSET_OUT_OF_RANGE: ("OffsetOutOfRangeException", "The requested offset is not within the range of "
+                                    "offsets maintained by the server."),
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ("UnknownTopicOrPartitionException",
+                                           "This server does not host this topic-partition."),
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ("NotLeaderOrFollowerException",
+                                       "For requests intended only for the leader, this error indicates that the "
+                                       "broker is not the current leader. For requests intended for any replica, this "
+                                       "error indicates that the broker is not a replica of the topic partition."),
+    ErrorCode.LEADER_NOT_AVAILABLE: ("LeaderNotAvailableException",
+                                     "There is no leader for this topic-partition as we are in the middle of a "
+                                     "leadership election."),
+    ErrorCode.REQUEST_TIMED_OUT: ("TimeoutException", "The request timed out."),
+    ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC: ("GroupSubscribedToTopicException",
+                                          "The consumer group is actively subscribed to the topic"),
+    ErrorCode.GROUP_ID_NOT_FOUND: ("GroupIdNotFoundException", "The group id does not exist."),
+    ErrorCode.NON_EMPTY_GROUP: ("GroupNotEmptyException", "The group is not empty."),
+    ErrorCode.INVALID_REPLICA_ASSIGNMENT: ("InvalidReplicaAssignmentException",
+                                           "Replica assignment is invalid."),
+    ErrorCode.INVALID_REPLICATION_FACTOR: ("InvalidReplicationFactorException", "Replication factor is below 1 or "
+                                           "larger than the number of available brokers."),
+    ErrorCode.NO_REASSIGNMENT_IN_PROGRESS: ("NoReassignmentInProgressException",
+                                            "No partition reassignment is in progress."),
 }
 
 
-def java_exception(code: int) -> str:
-    """`Name: message` of the Java exception Kafka's admin client raises for `code`."""
-    return _JAVA.get(code, f"KafkaException: {error_name(code)}")
+def java_exception(code: int, message: str = "") -> str:
+    """`Name: message` of the Java exception Kafka's admin client raises for `code` (the broker's
+    message when it sent one, as the exception carries it, else the error's default)."""
+    if code in _JAVA:
+        name, default = _JAVA[code]
+        return f"{name}: {message or default}"
+    return f"KafkaException: {error_name(code)}" + (f": {message}" if message else "")
 
 
 def ids(xs: Iterable[int] | None) -> str:
     return "N/A" if xs is None else ",".join(str(x) for x in xs)
 
 
-def topic_line(td: TopicDescription) -> str:
+# A partition being reassigned: (replicas, adding, removing), as ListPartitionReassignments answers.
+Reassignments = Mapping[TopicPartition, tuple[list[int], list[int], list[int]]]
+
+
+def topic_line(td: TopicDescription, reassignments: Reassignments | None = None) -> str:
     """TopicCommand.TopicDescription.printDescription; Configs lists the non-default configs
-    (topic overrides and broker-level values, as DescribeConfigs reports them)."""
+    (topic overrides and broker-level values, as DescribeConfigs reports them). While the first
+    partition is being reassigned its adding replicas do not count in ReplicationFactor, as Kafka."""
     out = f"Topic: {td.name}"
     if td.topic_id:
         out += f"\tTopicId: {td.topic_id}"
     configs = ",".join(f"{k}={v}" for k, v in sorted(td.configs.items()))
-    return (out + f"\tPartitionCount: {len(td.partitions)}\tReplicationFactor: {td.replication_factor}"
+    rf = td.replication_factor
+    moving = (reassignments or {}).get(TopicPartition(td.name, td.partitions[0].partition)) if td.partitions else None
+    if moving is not None:
+        rf = len(moving[0]) - len(moving[1])
+    return (out + f"\tPartitionCount: {len(td.partitions)}\tReplicationFactor: {rf}"
             f"\tConfigs: {configs}")
 
 
-def partition_line(pd: PartitionDescription, *, leader_epoch: bool = False) -> str:
-    """TopicCommand.PartitionDescription.printDescription (with --leader-epoch, LeaderEpoch after Leader)."""
+def partition_line(pd: PartitionDescription, *, leader_epoch: bool = False,
+                   reassignments: Reassignments | None = None) -> str:
+    """TopicCommand.PartitionDescription.printDescription (with --leader-epoch, LeaderEpoch after Leader;
+    Adding Replicas and Removing Replicas while the partition is being reassigned)."""
     out = f"\tTopic: {pd.topic}\tPartition: {pd.partition}\tLeader: {'none' if pd.leader is None else pd.leader}"
     if leader_epoch:
         out += f"\tLeaderEpoch: {pd.leader_epoch}"
     out += f"\tReplicas: {ids(pd.replicas)}\tIsr: {ids(pd.isr)}"
+    moving = (reassignments or {}).get(TopicPartition(pd.topic, pd.partition))
+    if moving is not None:
+        out += f"\tAdding Replicas: {ids(moving[1])}\tRemoving Replicas: {ids(moving[2])}"
     out += f"\tElr: {ids(pd.elr)}\tLastKnownElr: {ids(pd.last_known_elr)}"
     return out
 
 
 def describe_lines(topics: Iterable[TopicDescription], *, under_replicated: bool = False,
                    under_min_isr: bool = False, at_min_isr: bool = False, unavailable: bool = False,
-                   leader_epoch: bool = False, with_overrides: bool = False) -> list[str]:
+                   leader_epoch: bool = False, with_overrides: bool = False,
+                   reassignments: Reassignments | None = None) -> list[str]:
     """kafka-topics --describe: a topic line, then its partitions; with a filter only
     the matching partitions and no topic lines; with `with_overrides` (--topics-with-overrides)
     only the topic lines of topics that have a non-default config (TopicCommand.DescribeOptions)."""
@@ -73,16 +99,18 @@ def describe_lines(topics: Iterable[TopicDescription], *, under_replicated: bool
     for td in topics:
         if with_overrides and not filtered:
             if td.configs:
-                lines.append(topic_line(td))
+                lines.append(topic_line(td, reassignments))
             continue
         if not filtered:
-            lines.append(topic_line(td))
+            lines.append(topic_line(td, reassignments))
         for pd in td.partitions:
-            if (not filtered or (under_replicated and pd.under_replicated)
+            moving = (reassignments or {}).get(TopicPartition(pd.topic, pd.partition))
+            rf = len(pd.replicas) - len(moving[1]) if moving is not None else len(pd.replicas)
+            if (not filtered or (under_replicated and rf - len(pd.isr) > 0)
                     or (unavailable and pd.unavailable)
                     or (under_min_isr and pd.under_min_isr(td.min_isr))
                     or (at_min_isr and pd.at_min_isr(td.min_isr))):
-                lines.append(partition_line(pd, leader_epoch=leader_epoch))
+                lines.append(partition_line(pd, leader_epoch=leader_epoch, reassignments=reassignments))
     return lines
 
 

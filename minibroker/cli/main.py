@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "consumer-groups": ("minibroker.cli.consumer_groups", "consumer_groups"),
     "offsets": ("minibroker.cli.offsets", "offsets"),
     "delete-records": ("minibroker.cli.delete_records", "delete_records"),
+    "reassign-partitions": ("minibroker.cli.reassign", "reassign_partitions"),
     "configs": ("minibroker.cli.configs", "configs"),
     "leader-election": ("minibroker.cli.election", "leader_election"),
     "broker-api-versions": ("minibroker.cli.api_versions", "broker_api_versions"),

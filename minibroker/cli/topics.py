@@ -105,10 +105,11 @@ def describe(bootstrap_server: str | None, topic: str | None, under_replicated_p
         async with Admin(bootstrap) as admin:
             tds = await admin.describe_topics([topic] if topic else None)
             found = await admin.describe_configs([(ResourceType.TOPIC, td.name) for td in tds])
+            moving = await admin.list_partition_reassignments()
             return [dataclasses.replace(td, configs={e.name: e.value for e in found[(ResourceType.TOPIC, td.name)]
-                                                     if not e.is_default}) for td in tds]
+                                                     if not e.is_default}) for td in tds], moving
     try:
-        tds = run_async(go())
+        tds, reassignments = run_async(go())
     except KafkaError as exc:
         if topic and exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
             fail(f"Error while executing topic command : Topic '{topic}' does not exist as expected")
@@ -116,7 +117,7 @@ def describe(bootstrap_server: str | None, topic: str | None, under_replicated_p
     for line in describe_lines(tds, under_replicated=under_replicated_partitions,
                                under_min_isr=under_min_isr_partitions, at_min_isr=at_min_isr_partitions,
                                unavailable=unavailable_partitions, leader_epoch=leader_epoch,
-                               with_overrides=topics_with_overrides):
+                               with_overrides=topics_with_overrides, reassignments=reassignments):
         click.echo(line)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from minibroker.client.config import ADMIN_DEFAULTS, client_config
 from minibroker.client.describe import BrokerDescription, TopicDescription, describe_from_metadata
@@ -275,12 +275,7 @@ class Admin:
                             timeout_ms: int = 30_000) -> dict[TopicPartition, KafkaError | None]:
         """Preferred or unclean election (None = all partitions); each partition's error or None."""
         et = ELECTION_TYPES[election_type]
-        topics = None
-        if partitions is not None:
-            grouped: dict[str, list[int]] = {}
-            for tp in partitions:
-                grouped.setdefault(tp.topic, []).append(tp.partition)
-            topics = [{"topic": t, "partitions": ps} for t, ps in grouped.items()]
+        topics = None if partitions is None else _by_topic(partitions)
         resp = await self._any(ApiKey.ELECT_LEADERS, {"election_type": et, "topics": topics, "timeout_ms": timeout_ms})
         out: dict[TopicPartition, KafkaError | None] = {}
         for t in resp.get("results", ()):
@@ -289,6 +284,35 @@ class Admin:
                 out[TopicPartition(t["topic"], p["partition"])] = (
                     KafkaError(code, p.get("message") or "", remote=True) if code else None)
         return out
+
+    # -- reassignment (KIP-455) -------------------------------------------------------
+
+    async def alter_partition_reassignments(self, targets: Mapping[TopicPartition, Sequence[int] | None], *,
+                                            timeout_ms: int = 30_000) -> dict[TopicPartition, KafkaError | None]:
+        """Kafka's alterPartitionReassignments: each partition's target replicas (None cancels its
+        reassignment); each partition's error or None once the controller accepted it."""
+        grouped: dict[str, list[dict[str, Any]]] = {}
+        for tp, replicas in targets.items():
+            grouped.setdefault(tp.topic, []).append(
+                {"partition": tp.partition, "replicas": None if replicas is None else list(replicas)})
+        resp = await self._any(ApiKey.ALTER_PARTITION_REASSIGNMENTS, {
+            "topics": [{"topic": t, "partitions": ps} for t, ps in grouped.items()], "timeout_ms": timeout_ms})
+        out: dict[TopicPartition, KafkaError | None] = {}
+        for t in resp.get("topics", ()):
+            for p in t["partitions"]:
+                code = p.get("error", 0)
+                out[TopicPartition(t["topic"], p["partition"])] = (
+                    KafkaError(code, p.get("message") or "", remote=True) if code else None)
+        return out
+
+    async def list_partition_reassignments(self, partitions: Iterable[TopicPartition] | None = None
+                                           ) -> dict[TopicPartition, tuple[list[int], list[int], list[int]]]:
+        """The partitions being reassigned (all, or among `partitions`): (replicas, adding, removing) each."""
+        topics = None if partitions is None else _by_topic(partitions)
+        resp = await self._any(ApiKey.LIST_PARTITION_REASSIGNMENTS, {"topics": topics})
+        return {TopicPartition(t["topic"], p["partition"]): (p["replicas"], p["adding_replicas"],
+                                                             p["removing_replicas"])
+                for t in resp.get("topics", ()) for p in t["partitions"]}
 
     # -- per-broker observability -------------------------------------------------------
 
@@ -308,3 +332,10 @@ class Admin:
             addr, ApiKey.EVENTS, {"from_seq": from_seq, "max_wait_ms": max_wait_ms, "max_events": max_events},
             channel="events", timeout_ms=max_wait_ms + self.net.request_timeout_ms))
 
+
+def _by_topic(partitions: Iterable[TopicPartition]) -> list[dict[str, Any]]:
+    """[{topic, partitions: [ids]}] in the order the topics first appear."""
+    grouped: dict[str, list[int]] = {}
+    for tp in partitions:
+        grouped.setdefault(tp.topic, []).append(tp.partition)
+    return [{"topic": t, "partitions": ps} for t, ps in grouped.items()]

@@ -19,6 +19,15 @@ full `PartitionRecord`, or None when nothing would change. It follows Kafka's
 - C5: any change bumps the partition epoch by 1; setting the leader field
   (it changed, including to -1) also bumps the leader epoch. An ISR-only
   change keeps the leader epoch. A no-op yields None.
+- Reassignment (KIP-455, C10): the change may carry target replicas and the
+  adding / removing sets. Before the election it completes a reassignment
+  whose adding replicas are all in the target ISR (Kafka's
+  completeReassignmentIfNeeded): the removing replicas leave the replicas
+  and the ISR (unless that would empty the ISR). Elections follow the target
+  replicas' order, so a removed leader is replaced by the first valid one;
+  a change that drops replicas bumps the leader epoch even when the leader
+  stays (triggerLeaderEpochBumpForReplicaReassignmentIfNeeded), fencing the
+  removed replicas' fetches.
 - With ELR off the ISR never becomes empty: removing its last member leaves
   it unchanged (C2) and the partition goes leaderless.
 
@@ -41,6 +50,10 @@ from minibroker.metadata import NO_LEADER, RECOVERED, RECOVERING, PartitionRecor
 _NO_CHANGE = -2
 
 
+def _ids(xs: Sequence[int]) -> str:
+    return "[" + ",".join(str(x) for x in xs) + "]"
+
+
 class Election(enum.Enum):
     PREFERRED = "preferred"
     ONLINE = "online"
@@ -53,8 +66,9 @@ class PartitionChange:
 
     Invariant: `after.partition_epoch == before.partition_epoch + 1`;
     `leader_changed` iff `after.leader_epoch == before.leader_epoch + 1`.
-    `how` is "" (leader unchanged), "clean", "elr", "unclean" or
-    "last_known_leader".
+    `how` is "" (leader unchanged), "clean", "elr", "unclean",
+    "last_known_leader" or "reassignment" (same leader, epoch bumped
+    because replicas left).
     """
     before: PartitionRecord
     after: PartitionRecord
@@ -69,18 +83,35 @@ class PartitionChange:
 def build_partition_change(part: PartitionRecord, *, acceptable: Callable[[int], bool], min_isr: int,
                            elr_enabled: bool, election: Election = Election.ONLINE,
                            target_isr: Sequence[int] | None = None, target_recovery_state: int | None = None,
-                           unclean_shutdown: Collection[int] = (), reason: str = "") -> PartitionChange | None:
+                           unclean_shutdown: Collection[int] = (), reason: str = "",
+                           target_replicas: Sequence[int] | None = None, target_adding: Sequence[int] | None = None,
+                           target_removing: Sequence[int] | None = None) -> PartitionChange | None:
     """The change that moves `part` toward the targets, or None if it would be a no-op."""
     t_isr = list(part.isr) if target_isr is None else list(target_isr)
     t_elr = list(part.elr)
     t_lrs = part.leader_recovery_state if target_recovery_state is None else target_recovery_state
+    t_replicas = list(part.replicas) if target_replicas is None else list(target_replicas)
+    t_adding = list(part.adding_replicas) if target_adding is None else list(target_adding)
+    t_removing = list(part.removing_replicas) if target_removing is None else list(target_removing)
+
+    # -- reassignment completion (completeReassignmentIfNeeded) -----------------
+    if (t_adding or t_removing) and all(r in t_isr for r in t_adding):
+        completed_isr = [r for r in t_isr if r not in t_removing]
+        if completed_isr:
+            done = [r for r in t_replicas if r not in t_removing]
+            reason = (f"{reason}; " if reason else "") + f"reassignment completed: replicas {_ids(done)}"
+            t_isr, t_replicas, t_adding, t_removing = completed_isr, done, [], []
+    gone = set(part.replicas) - set(t_replicas)
+    if gone:
+        t_elr = [r for r in t_elr if r not in gone]
 
     if elr_enabled:
         if len(t_isr) >= min_isr:
             t_elr = []
         else:
             isr_set = set(t_isr)
-            t_elr = sorted(r for r in set(t_elr) | set(part.isr) if r not in isr_set and r not in unclean_shutdown)
+            t_elr = sorted(r for r in set(t_elr) | set(part.isr)
+                           if r not in isr_set and r not in unclean_shutdown and r not in gone)
 
     def valid(r: int) -> bool:
         return (r in t_isr or (not t_isr and r in t_elr)) and acceptable(r)
@@ -94,22 +125,22 @@ def build_partition_change(part: PartitionRecord, *, acceptable: Callable[[int],
     # -- election ------------------------------------------------------------
     node, unclean, how = NO_LEADER, False, ""
     if election is Election.PREFERRED:
-        if part.replicas and valid(part.replicas[0]):
-            node = part.replicas[0]
+        if t_replicas and valid(t_replicas[0]):
+            node = t_replicas[0]
         elif part.leader != NO_LEADER and valid(part.leader):
             node = part.leader
         else:
-            node = next((r for r in part.replicas[1:] if valid(r)), NO_LEADER)
+            node = next((r for r in t_replicas[1:] if valid(r)), NO_LEADER)
     elif part.leader != NO_LEADER and valid(part.leader):
         node = part.leader
     else:
-        node = next((r for r in part.replicas if valid(r)), NO_LEADER)
+        node = next((r for r in t_replicas if valid(r)), NO_LEADER)
     if node == NO_LEADER:
         lkl = last_known_leader()
         if lkl is not None:
             node, unclean, how = lkl, True, "last_known_leader"
         elif election is Election.UNCLEAN:
-            node = next((r for r in part.replicas if acceptable(r)), NO_LEADER)
+            node = next((r for r in t_replicas if acceptable(r)), NO_LEADER)
             unclean, how = node != NO_LEADER, "unclean" if node != NO_LEADER else ""
 
     rec_leader = _NO_CHANGE
@@ -129,6 +160,8 @@ def build_partition_change(part: PartitionRecord, *, acceptable: Callable[[int],
                 rec_lrs = RECOVERING
     else:
         how = ""
+        if gone and part.leader != NO_LEADER:
+            rec_leader, how = part.leader, "reassignment"     # the removed replicas' fetches are fenced
 
     # -- ELR fields (maybeUpdateRecordElr) -----------------------------------
     if rec_isr is not None or not elr_enabled:
@@ -152,10 +185,18 @@ def build_partition_change(part: PartitionRecord, *, acceptable: Callable[[int],
     if t_lrs != part.leader_recovery_state:
         rec_lrs = t_lrs
 
-    if rec_leader == _NO_CHANGE and rec_isr is None and rec_elr is None and rec_lkelr is None and rec_lrs is None:
+    if rec_lkelr is None and any(r in gone for r in part.last_known_elr):
+        rec_lkelr = [r for r in part.last_known_elr if r not in gone]
+    replicas_changed = (tuple(t_replicas) != part.replicas or tuple(t_adding) != part.adding_replicas
+                        or tuple(t_removing) != part.removing_replicas)
+    if (rec_leader == _NO_CHANGE and rec_isr is None and rec_elr is None and rec_lkelr is None and rec_lrs is None
+            and not replicas_changed):
         return None
     after = replace(
         part,
+        replicas=tuple(t_replicas),
+        adding_replicas=tuple(t_adding),
+        removing_replicas=tuple(t_removing),
         isr=tuple(rec_isr) if rec_isr is not None else part.isr,
         leader=rec_leader if rec_leader != _NO_CHANGE else part.leader,
         leader_epoch=part.leader_epoch + 1 if rec_leader != _NO_CHANGE else part.leader_epoch,

@@ -127,6 +127,8 @@ class ControllerServer:
                 ApiKey.CREATE_TOPICS: HandlerSpec(self._create_topics, privileged=True),
                 ApiKey.DELETE_TOPICS: HandlerSpec(self._delete_topics, privileged=True),
                 ApiKey.ELECT_LEADERS: HandlerSpec(self._elect_leaders, privileged=True),
+                ApiKey.ALTER_PARTITION_REASSIGNMENTS: HandlerSpec(self._alter_partition_reassignments, privileged=True),
+                ApiKey.LIST_PARTITION_REASSIGNMENTS: HandlerSpec(self._list_partition_reassignments, privileged=True),
                 ApiKey.INCREMENTAL_ALTER_CONFIGS: HandlerSpec(self._incremental_alter_configs, privileged=True),
                 ApiKey.CREATE_PARTITIONS: HandlerSpec(self._create_partitions, privileged=True),
                 ApiKey.DESCRIBE_CLUSTER: HandlerSpec(self._describe_cluster, privileged=True),
@@ -322,6 +324,14 @@ class ControllerServer:
     async def _elect_leaders(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
         out = await self._decide(self.core.elect_leaders, self.clock.now_ms(), body["election_type"], body["topics"])
         return out.response
+
+    async def _alter_partition_reassignments(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
+        out = await self._decide(self.core.alter_partition_reassignments, self.clock.now_ms(), body["topics"],
+                                 body["allow_replication_factor_change"])
+        return out.response
+
+    async def _list_partition_reassignments(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
+        return self.core.list_partition_reassignments(body["topics"])
 
     async def _describe_cluster(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
         return {"error": 0, "cluster_id": self.cluster_id, "controller_id": self.settings.node_id,

@@ -191,18 +191,24 @@ class ControllerState:
 
     def _build(self, part: PartitionRecord, *, acceptable: Callable[[int], bool], election: Election,
                target_isr: Sequence[int] | None = None, target_recovery_state: int | None = None,
-               unclean_shutdown: Sequence[int] = (), reason: str = "") -> PartitionChange | None:
+               unclean_shutdown: Sequence[int] = (), reason: str = "", target_replicas: Sequence[int] | None = None,
+               target_adding: Sequence[int] | None = None,
+               target_removing: Sequence[int] | None = None) -> PartitionChange | None:
         return build_partition_change(
-            part, acceptable=acceptable, min_isr=self.effective_min_isr(part.topic, len(part.replicas)),
+            part, acceptable=acceptable, min_isr=self.effective_min_isr(part.topic, len(part.target_replicas)),
             elr_enabled=self.settings.elr_enabled, election=election, target_isr=target_isr,
-            target_recovery_state=target_recovery_state, unclean_shutdown=unclean_shutdown, reason=reason)
+            target_recovery_state=target_recovery_state, unclean_shutdown=unclean_shutdown, reason=reason,
+            target_replicas=target_replicas, target_adding=target_adding, target_removing=target_removing)
 
     def _commit_change(self, change: PartitionChange, cause: str) -> PartitionRecord:
         """Append a partition change and emit its events (election/offline, ISR and ELR moves)."""
         before, after = change.before, change.after
         self._append(after)
         name = after.name
-        if change.leader_changed:
+        if change.how == "reassignment":
+            self._emit("leader_epoch_bump", name, before.leader_epoch, after.leader_epoch, after.reason,
+                       leader=after.leader, partition_epoch=after.partition_epoch, cause=cause)
+        elif change.leader_changed:
             if after.leader == NO_LEADER:
                 self._emit("offline", name, before.leader, NO_LEADER, after.reason,
                            leader_epoch=after.leader_epoch, isr=list(after.isr), elr=list(after.elr), cause=cause)
@@ -219,6 +225,17 @@ class ControllerState:
             if added:
                 self._emit("isr_expand", name, list(before.isr), list(after.isr), after.reason,
                            added=added, partition_epoch=after.partition_epoch, cause=cause)
+        if (after.replicas, after.adding_replicas, after.removing_replicas) != (
+                before.replicas, before.adding_replicas, before.removing_replicas):
+            if after.reassigning:
+                phase = "changed" if before.reassigning else "started"
+            elif before.reassigning and after.replicas != before.target_replicas:
+                phase = "cancelled"
+            else:
+                phase = "completed"             # its new replicas in the ISR, or nothing to wait for
+            self._emit("reassignment", name, list(before.replicas), list(after.replicas), after.reason,
+                       phase=phase, adding=list(after.adding_replicas), removing=list(after.removing_replicas),
+                       partition_epoch=after.partition_epoch, cause=cause)
         if after.elr != before.elr or after.last_known_elr != before.last_known_elr:
             self._emit("elr_change", name, {"elr": list(before.elr), "last_known_elr": list(before.last_known_elr)},
                        {"elr": list(after.elr), "last_known_elr": list(after.last_known_elr)}, after.reason,
@@ -605,6 +622,89 @@ class ControllerState:
             return ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, f"no live replica of {part.name} can lead"
         self._commit_change(change, f"{election.value}_election")
         return ErrorCode.NONE, ""
+
+    # ----------------------------------------------------------- reassignment
+    def alter_partition_reassignments(self, now_ms: int, topics: Sequence[dict[str, Any]],
+                                      allow_replication_factor_change: bool = True) -> Outcome:
+        """Triggered by AlterPartitionReassignments (KIP-455): each partition gets its target replicas
+        (`replicas` None cancels its reassignment), as Kafka's ReplicationControlManager; a target of
+        another size is refused when the request does not allow it (KIP-860)."""
+        self._begin(now_ms)
+        results = []
+        for t in topics:
+            parts = []
+            for pd in t["partitions"]:
+                code, msg = self._reassign_one(t["topic"], pd["partition"], pd["replicas"],
+                                               allow_replication_factor_change)
+                parts.append({"partition": pd["partition"], "error": int(code), "message": msg})
+            results.append({"topic": t["topic"], "partitions": parts})
+        return self._finish({"error": 0, "message": "", "topics": results,
+                             "metadata_offset": self.next_offset - 1 if self._out else -1})
+
+    def _reassign_one(self, topic: str, p: int, target: Sequence[int] | None,
+                      allow_rf_change: bool = True) -> tuple[ErrorCode, str]:
+        part = self.topics.get(topic, p)
+        if part is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find partition {topic}:{p}."
+        if target is None:
+            if not part.reassigning:
+                return ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, f"No ongoing reassignment for {part.name}."
+            replicas, isr, unclean = self._revert(part)
+            return self._commit_reassignment(part, replicas, isr, "cancelled", unclean=unclean)
+        if not target:
+            return (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    "The manual partition assignment includes an empty replica list.")
+        for b in target:
+            if not self.cluster.is_registered(b):
+                return (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                        f"The manual partition assignment includes broker {b}, but no such broker is registered.")
+        if len(set(target)) != len(target):
+            return (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    "The manual partition assignment includes a broker more than once.")
+        current, isr, unclean = self._revert(part) if part.reassigning else (list(part.replicas), list(part.isr),
+                                                                             False)
+        if not allow_rf_change and len(target) != len(current):
+            return (ErrorCode.INVALID_REPLICATION_FACTOR, f"The replication factor is changed from {len(current)} "
+                    f"to {len(target)} but allowReplicationFactorChange is false")
+        removing = [r for r in current if r not in target]
+        adding = [r for r in target if r not in current]
+        return self._commit_reassignment(part, [*target, *removing], isr, f"to {_fmt(target)}", adding, removing,
+                                         unclean=unclean)
+
+    @staticmethod
+    def _revert(part: PartitionRecord) -> tuple[list[int], list[int], bool]:
+        """The replicas and ISR the partition had before its reassignment (Kafka's PartitionReassignmentRevert):
+        the adding replicas leave both. An ISR left empty becomes the replicas, an unclean election."""
+        replicas = [r for r in part.replicas if r not in part.adding_replicas]
+        isr = [r for r in part.isr if r in replicas]
+        return replicas, isr or list(replicas), not isr
+
+    def _commit_reassignment(self, part: PartitionRecord, replicas: list[int], isr: list[int], what: str,
+                             adding: Sequence[int] = (), removing: Sequence[int] = (), *,
+                             unclean: bool = False) -> tuple[ErrorCode, str]:
+        reason = (f"reassignment of {part.name} {what}: replicas {_fmt(part.replicas)} -> {_fmt(replicas)}"
+                  + (f", adding {_fmt(adding)}" if adding else "")
+                  + (f", removing {_fmt(removing)}" if removing else ""))
+        election = Election.UNCLEAN if unclean or self.unclean_enabled(part.topic) else Election.ONLINE
+        change = self._build(part, acceptable=self.cluster.is_active, election=election, target_isr=isr,
+                             target_replicas=replicas, target_adding=adding, target_removing=removing, reason=reason)
+        if change is not None:
+            self._commit_change(change, "reassignment")
+        return ErrorCode.NONE, ""
+
+    def list_partition_reassignments(self, topics: Sequence[dict[str, Any]] | None) -> dict[str, Any]:
+        """ListPartitionReassignments: the partitions being reassigned (all, or among `topics`)."""
+        if topics is None:
+            wanted = [p for p in self.topics.all_partitions() if p.reassigning]
+        else:
+            wanted = [p for t in topics for i in t["partitions"]
+                      if (p := self.topics.get(t["topic"], i)) is not None and p.reassigning]
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for p in sorted(wanted, key=lambda x: x.key):
+            by_topic.setdefault(p.topic, []).append({"partition": p.partition, "replicas": list(p.replicas),
+                                                     "adding_replicas": list(p.adding_replicas),
+                                                     "removing_replicas": list(p.removing_replicas)})
+        return {"error": 0, "message": "", "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
 
     def maybe_balance_partition_leaders(self, now_ms: int) -> Outcome:
         """Triggered every leader.imbalance.check.interval.seconds when auto.leader.rebalance.enable:

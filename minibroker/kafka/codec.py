@@ -61,6 +61,8 @@ class Api(enum.IntEnum):
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
 
@@ -94,6 +96,10 @@ _CLASSES: dict[Api, tuple[Any, Any]] = {
     Api.CREATE_PARTITIONS: (_admin.CreatePartitionsRequest, _admin.CreatePartitionsResponse),
     Api.INCREMENTAL_ALTER_CONFIGS: (_admin.IncrementalAlterConfigsRequest, _admin.IncrementalAlterConfigsResponse),
     Api.DESCRIBE_CLUSTER: (_admin.DescribeClusterRequest, _admin.DescribeClusterResponse),
+    Api.ALTER_PARTITION_REASSIGNMENTS: (_admin.AlterPartitionReassignmentsRequest,
+                                        _admin.AlterPartitionReassignmentsResponse),
+    Api.LIST_PARTITION_REASSIGNMENTS: (_admin.ListPartitionReassignmentsRequest,
+                                       _admin.ListPartitionReassignmentsResponse),
 }
 
 # The versions minibroker decodes and answers. Floors are Kafka 4.x's
@@ -133,6 +139,8 @@ SERVED: dict[Api, tuple[int, int]] = {
     Api.DESCRIBE_CLUSTER: (0, 1),
     Api.CREATE_PARTITIONS: (0, 3),
     Api.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    Api.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
+    Api.LIST_PARTITION_REASSIGNMENTS: (0, 0),
 }
 
 # What ApiVersions says. As Kafka 4.x, Produce is advertised from v0 (KAFKA-18659:

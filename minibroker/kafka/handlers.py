@@ -108,6 +108,8 @@ class KafkaApis:
             Api.CREATE_PARTITIONS: self._create_partitions,
             Api.INCREMENTAL_ALTER_CONFIGS: self._incremental_alter_configs,
             Api.ALTER_CONFIGS: self._alter_configs,
+            Api.ALTER_PARTITION_REASSIGNMENTS: self._alter_partition_reassignments,
+            Api.LIST_PARTITION_REASSIGNMENTS: self._list_partition_reassignments,
         }
 
     # ------------------------------------------------------------------ entry
@@ -187,6 +189,15 @@ class KafkaApis:
     def _check_size(n: int) -> None:
         if n > MAX_PARTITIONS_PER_REQUEST:
             raise ConnectionAbort(f"request names {n} partitions, above the bound of {MAX_PARTITIONS_PER_REQUEST}")
+
+    @classmethod
+    def _topic_indexes(cls, topics: Any) -> list[dict] | None:
+        """A nullable list of (name, partition_indexes) as the msgpack side's [{topic, partitions}], size-checked."""
+        if topics is None:
+            return None
+        out = [{"topic": t.name, "partitions": list(t.partition_indexes)} for t in topics]
+        cls._check_size(sum(len(t["partitions"]) for t in out))
+        return out
 
     # ------------------------------------------------------------------ Produce
 
@@ -533,10 +544,7 @@ class KafkaApis:
 
     async def _offset_fetch(self, conn: KafkaConnection, req: _Request) -> dict:
         r = req.body
-        topics = None if r.topics is None else [{"topic": t.name, "partitions": list(t.partition_indexes)}
-                                                for t in r.topics]
-        if topics is not None:
-            self._check_size(sum(len(t["partitions"]) for t in topics))
+        topics = self._topic_indexes(r.topics)
         try:
             a = await self._group_call(conn, req, ApiKey.OFFSET_FETCH, {"group_id": r.group_id, "topics": topics})
         except KafkaError as exc:
@@ -793,6 +801,44 @@ class KafkaApis:
             {"topic": t["topic"], "partition_result": [
                 {"partition_id": p["partition"], "error_code": p["error"], "error_message": p.get("message") or None}
                 for p in t["partitions"]]} for t in resp.get("results", [])]}
+
+    async def _alter_partition_reassignments(self, conn: KafkaConnection, req: _Request) -> dict:
+        """KIP-455 (kafka-reassign-partitions, the admin clients' alterPartitionReassignments); v1's
+        allow_replication_factor_change (KIP-860) is checked by the controller."""
+        r = req.body
+        topics = [{"topic": t.name, "partitions": [
+            {"partition": p.partition_index, "replicas": None if p.replicas is None else list(p.replicas)}
+            for p in t.partitions]} for t in r.topics]
+        self._check_size(sum(len(t["partitions"]) for t in topics))
+        allow = bool(r.allow_replication_factor_change) if req.version >= 1 else True
+        out = {"throttle_time_ms": 0, "allow_replication_factor_change": allow}
+        try:
+            resp = await self._call(conn, req, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+                                    {"topics": topics, "timeout_ms": r.timeout_ms,
+                                     "allow_replication_factor_change": allow})
+            assert resp is not None
+        except KafkaError as exc:
+            return {**out, "error_code": int(exc.code), "error_message": exc.message or None, "responses": []}
+        return {**out, "error_code": resp.get("error", 0), "error_message": resp.get("message") or None,
+                "responses": [{"name": t["topic"], "partitions": [
+                    {"partition_index": p["partition"], "error_code": p["error"],
+                     "error_message": p.get("message") or None} for p in t["partitions"]]} for t in resp["topics"]]}
+
+    async def _list_partition_reassignments(self, conn: KafkaConnection, req: _Request) -> dict:
+        r = req.body
+        topics = self._topic_indexes(r.topics)
+        try:
+            resp = await self._call(conn, req, ApiKey.LIST_PARTITION_REASSIGNMENTS,
+                                    {"topics": topics, "timeout_ms": r.timeout_ms})
+            assert resp is not None
+        except KafkaError as exc:
+            return {"throttle_time_ms": 0, "error_code": int(exc.code), "error_message": exc.message or None,
+                    "topics": []}
+        return {"throttle_time_ms": 0, "error_code": resp.get("error", 0), "error_message": resp.get("message") or None,
+                "topics": [{"name": t["topic"], "partitions": [
+                    {"partition_index": p["partition"], "replicas": p["replicas"],
+                     "adding_replicas": p["adding_replicas"], "removing_replicas": p["removing_replicas"]}
+                    for p in t["partitions"]]} for t in resp["topics"]]}
 
     async def _describe_configs(self, conn: KafkaConnection, req: _Request) -> dict:
         r = req.body

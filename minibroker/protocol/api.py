@@ -44,6 +44,8 @@ class ApiKey(enum.IntEnum):
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
     DESCRIBE_QUORUM = 55
     ALTER_PARTITION = 56
@@ -176,6 +178,16 @@ REQUESTS: dict[ApiKey, dict[str, Any]] = {
         "topics": [{"topic": str, "count": int, "assignments": Opt(Nullable([[int]]), None)}],
         "timeout_ms": Opt(int, 30_000),
         "validate_only": Opt(bool, False),
+    },
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: {
+        # replicas None cancels the partition's reassignment (KIP-455)
+        "topics": [{"topic": str, "partitions": [{"partition": int, "replicas": Nullable([int])}]}],
+        "timeout_ms": Opt(int, 30_000),
+        "allow_replication_factor_change": Opt(bool, True),     # KIP-860
+    },
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: {
+        "topics": Opt(Nullable([{"topic": str, "partitions": [int]}]), None),     # None = every partition
+        "timeout_ms": Opt(int, 30_000),
     },
     ApiKey.ELECT_LEADERS: {
         "election_type": int,                    # 0 preferred, 1 unclean

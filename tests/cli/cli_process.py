@@ -16,6 +16,14 @@ def run(env: dict[str, str], *args: str, input: bytes | None = None,
                           capture_output=True, timeout=timeout)
 
 
+def cluster_cli(c: LocalCluster, *args: str, input: bytes | None = None,
+                timeout: float = 120) -> subprocess.CompletedProcess:
+    """`minibroker ARGS` bootstrapping from cluster `c` (no other MINIBROKER_ setting of this process)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MINIBROKER_")}
+    env["MINIBROKER_BOOTSTRAP"] = c.bootstrap
+    return run(env, *args, input=input, timeout=timeout)
+
+
 def ok(r: subprocess.CompletedProcess) -> str:
     assert r.returncode == 0, (r.stdout.decode(), r.stderr.decode())
     return r.stdout.decode()

@@ -12,19 +12,11 @@ import pytest
 from minibroker.testing.fixtures import shared_cluster  # noqa: F401
 from minibroker.testing.wait import until_sync
 
+from cli_process import cluster_cli as run, ok
+
 pytestmark = pytest.mark.cluster
 
 
-def run(c, *args, input=None, timeout=120):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MINIBROKER_")}
-    env["MINIBROKER_BOOTSTRAP"] = c.bootstrap
-    return subprocess.run([sys.executable, "-m", "minibroker.cli", *args], input=input, env=env,
-                          capture_output=True, timeout=timeout)
-
-
-def ok(r) -> str:
-    assert r.returncode == 0, (r.stdout.decode(), r.stderr.decode())
-    return r.stdout.decode()
 
 
 def start_member(c, topic: str, group: str) -> subprocess.Popen:

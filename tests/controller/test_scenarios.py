@@ -8,6 +8,7 @@ Commands:
   beat-all [except=1,2]   tick   create topic= assignment=1,2,3/2,3,1 [min-isr=] [unclean]
   alter broker= isr= [topic=] [partition=] [le=] [pe=]
   elect type=preferred|unclean [topic=] [partition=]   partition [topic=] [p=]
+  reassign replicas=2,3|cancel [topic=] [partition=]   reassignments (ListPartitionReassignments)
 Each command prints the records it wrote, its events and its response.
 """
 from __future__ import annotations
@@ -45,6 +46,7 @@ def record_line(rec: Any) -> str:
 def partition_line(p: PartitionRecord, prefix: str = "partition") -> str:
     return (f"{prefix} {p.name} leader={p.leader} le={p.leader_epoch} pe={p.partition_epoch} "
             f"replicas={ids(p.replicas)} isr={ids(p.isr)} elr={ids(p.elr)}"
+            + (f" adding={ids(p.adding_replicas)} removing={ids(p.removing_replicas)}" if p.reassigning else "")
             + (f" ({p.reason})" if p.reason else ""))
 
 
@@ -108,6 +110,19 @@ class ControllerScenario:
             results = [f"result {t['topic']}-{p['partition']} error={error_name(p['error'])}"
                        for t in out.response.get("results", []) for p in t.get("partitions", [])]
             return "\n".join([*outcome_lines(out), *results])
+        if c.name == "reassign":
+            target = None if c.text("replicas") == "cancel" else c.nums("replicas")
+            topics = [{"topic": c.text("topic", "t"), "partitions": [{"partition": c.num("partition", 0),
+                                                                       "replicas": target}]}]
+            out = h._keep(h.state.alter_partition_reassignments(h.now, topics))
+            results = [f"result {t['topic']}-{p['partition']} error={error_name(p['error'])} {p['message']}".rstrip()
+                       for t in out.response["topics"] for p in t["partitions"]]
+            return "\n".join([*outcome_lines(out), *results])
+        if c.name == "reassignments":
+            listed = h.state.list_partition_reassignments(None)["topics"]
+            return "\n".join(f"reassigning {t['topic']}-{p['partition']} replicas={ids(p['replicas'])} "
+                             f"adding={ids(p['adding_replicas'])} removing={ids(p['removing_replicas'])}"
+                             for t in listed for p in t["partitions"]) or "none"
         if c.name == "partition":
             return partition_line(h.p(c.text("topic", "t"), c.num("p", 0)))
         raise ScenarioError(f"{c.where}: unknown controller command {c.name}")

@@ -34,6 +34,39 @@ def test_kafka_python_admin_creates_and_describes_topics(shared_cluster):
         admin.close()
 
 
+def test_kafka_python_admin_reassigns_a_partition_and_the_records_follow(shared_cluster):
+    """KIP-455 through kafka-python's admin: RF 2 on brokers 1,2 moved to 3,1 (then back, cancelled
+    nowhere: nothing is in progress); the records are all readable from the new replica set."""
+    bs = shared_cluster.kafka_bootstrap
+    admin = KafkaAdminClient(bootstrap_servers=bs)
+    try:
+        admin.create_topics([NewTopic("kp-move", replica_assignments={0: [1, 2]})])
+        wait_for_topic(shared_cluster, "kp-move", 1)
+        producer = KafkaProducer(bootstrap_servers=bs, acks="all")
+        for i in range(20):
+            producer.send("kp-move", b"r%d" % i, partition=0)
+        producer.flush()
+        producer.close()
+        tp = TopicPartition("kp-move", 0)
+        assert admin.alter_partition_reassignments({tp: [3, 1]}) == {tp: None}
+
+        def moved() -> bool:
+            (desc,) = admin.describe_topics(["kp-move"])
+            (part,) = desc["partitions"]
+            return not admin.list_partition_reassignments([tp]) and part["replica_nodes"] == [3, 1]
+        until_sync(moved, "kp-move-0 reassigned to brokers 3,1", timeout_s=60, interval_s=0.2)
+        assert admin.alter_partition_reassignments({tp: None}) == {tp: kafka.errors.NoReassignmentInProgressError}
+        consumer = KafkaConsumer(bootstrap_servers=bs, auto_offset_reset="earliest", consumer_timeout_ms=5000)
+        consumer.assign([tp])
+        got: list[bytes] = []
+        until_sync(lambda: got.extend(r.value for rs in consumer.poll(timeout_ms=500).values() for r in rs)
+                   or len(got) >= 20, "the 20 records from the new replicas", timeout_s=60)
+        consumer.close()
+        assert got == [b"r%d" % i for i in range(20)]
+    finally:
+        admin.close()
+
+
 def test_kafka_python_idempotent_producer_and_assigned_consumer_round_trip_100k_records(shared_cluster):
     bs = shared_cluster.kafka_bootstrap
     admin = KafkaAdminClient(bootstrap_servers=bs)

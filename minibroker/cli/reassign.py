@@ -1,0 +1,188 @@
+"""`minibroker reassign-partitions` (kafka-reassign-partitions): --execute, --verify, --cancel, --list.
+
+Thin by rule: the reassignment JSON file, Kafka's output lines, and Admin's
+alter/list partition reassignments (KIP-455); the controller does the work.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from minibroker.cli.common import bootstrap_option, fail, handle_errors, parse_file, reachable_bootstrap, run_async
+from minibroker.cli.format import java_exception
+from minibroker.client.admin import Admin
+from minibroker.client.types import TopicPartition
+from minibroker.errors import ErrorCode, KafkaError
+
+
+def plan_from_json(text: str) -> dict[TopicPartition, list[int]]:
+    """--reassignment-json-file: {"version": 1, "partitions": [{"topic": T, "partition": N, "replicas": [...]}]}
+    (`log_dirs`, if given, must be "any": no log dir moves); ValueError says what is wrong."""
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"not valid JSON: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("partitions"), list) or doc.get("version", 1) != 1:
+        raise ValueError('expected {"version": 1, "partitions": [{"topic": "...", "partition": N, '
+                         '"replicas": [...]}, ...]}')
+    if not doc["partitions"]:
+        raise ValueError("Partition reassignment list cannot be empty")
+    plan: dict[TopicPartition, list[int]] = {}
+    dups: list[str] = []
+    for e in doc["partitions"]:
+        replicas = e.get("replicas") if isinstance(e, dict) else None
+        if not (isinstance(e, dict) and isinstance(e.get("topic"), str) and type(e.get("partition")) is int
+                and isinstance(replicas, list) and replicas and all(type(r) is int for r in replicas)):
+            raise ValueError(f"partition entry {json.dumps(e)}: expected a string topic, an integer partition "
+                             "and a non-empty list of integer replicas")
+        dirs = e.get("log_dirs")
+        if dirs is not None and (not isinstance(dirs, list) or any(d != "any" for d in dirs)):
+            raise ValueError(f"partition entry {json.dumps(e)}: log_dirs other than \"any\" are not supported "
+                             "(a broker has one log directory)")
+        if len(set(replicas)) != len(replicas):
+            raise ValueError(f"Partition replica lists may not contain duplicate entries: "
+                             f"{e['topic']}-{e['partition']} contains {replicas}")
+        tp = TopicPartition(e["topic"], e["partition"])
+        if tp in plan:
+            dups.append(str(tp))
+        plan[tp] = list(replicas)
+    if dups:
+        raise ValueError(f"Partition reassignment contained duplicate topic partitions: {', '.join(sorted(set(dups)))}")
+    return plan
+
+
+def assignment_json(assignment: dict[TopicPartition, list[int]]) -> str:
+    """Kafka's rollback JSON, compact, partitions in topic-partition order."""
+    return json.dumps({"version": 1, "partitions": [
+        {"topic": tp.topic, "partition": tp.partition, "replicas": rs, "log_dirs": ["any"] * len(rs)}
+        for tp, rs in sorted(assignment.items())]}, separators=(",", ":"))
+
+
+def _plural(n: int) -> str:
+    return "" if n == 1 else "s"
+
+
+def _names(tps: list[TopicPartition]) -> str:
+    return ",".join(str(tp) for tp in sorted(tps))
+
+
+def verify_lines(plan: dict[TopicPartition, list[int]], current: dict[TopicPartition, list[int]],
+                 ongoing: set[TopicPartition]) -> list[str]:
+    """ReassignPartitionsCommand's status lines for each planned partition."""
+    lines = ["Status of partition reassignment:"]
+    for tp, target in sorted(plan.items()):
+        if tp in ongoing:
+            lines.append(f"Reassignment of partition {tp} is still in progress.")
+        elif current.get(tp) == target:
+            lines.append(f"Reassignment of partition {tp} is completed.")
+        else:
+            now = ",".join(str(r) for r in current.get(tp, []))
+            lines.append(f"There is no active reassignment of partition {tp}, but replica set is {now} rather than "
+                         f"{','.join(str(r) for r in target)}.")
+    return lines
+
+
+def list_lines(ongoing: dict[TopicPartition, tuple[list[int], list[int], list[int]]]) -> list[str]:
+    if not ongoing:
+        return ["No partition reassignments found."]
+
+    def ids(rs: list[int]) -> str:
+        return ",".join(str(r) for r in rs)
+    return ["Current partition reassignments:"] + [
+        f"{tp}: replicas: {ids(r)}. adding: {ids(a)}. removing: {ids(d)}." for tp, (r, a, d) in sorted(ongoing.items())]
+
+
+def error_lines(what: str, errors: dict[TopicPartition, KafkaError]) -> list[str]:
+    return [f"Error {what}{_plural(len(errors))} for:"] + [
+        f"{tp}: org.apache.kafka.common.errors.{java_exception(int(e.code), e.message)}"
+        for tp, e in sorted(errors.items())]
+
+
+@click.command(name="reassign-partitions")
+@bootstrap_option
+@click.option("--reassignment-json-file", type=click.Path(dir_okay=False),
+              help='The plan: {"version": 1, "partitions": [{"topic": "orders", "partition": 0, "replicas": [2,3]}]}.')
+@click.option("--execute", is_flag=True, help="Start the reassignment the plan describes.")
+@click.option("--verify", is_flag=True, help="Whether the plan's reassignments are done.")
+@click.option("--cancel", is_flag=True, help="Cancel the plan's reassignments in progress (their old replicas stay).")
+@click.option("--list", "list_", is_flag=True, help="Every reassignment in progress.")
+@click.option("--additional", is_flag=True, help="--execute although reassignments are in progress.")
+@handle_errors
+def reassign_partitions(bootstrap_server: str | None, reassignment_json_file: str | None, execute: bool, verify: bool,
+                        cancel: bool, list_: bool, additional: bool) -> None:
+    """Move partition replicas between brokers, as kafka-reassign-partitions: new replicas copy the log from the
+    leader, join the ISR, and then the old ones leave (the leader moves if it is one of them)."""
+    if sum((execute, verify, cancel, list_)) != 1:
+        fail("Command must include exactly one action: --execute, --verify, --cancel, --list")
+    if not list_ and not reassignment_json_file:
+        fail("Missing required argument \"[reassignment-json-file]\"")
+    plan = parse_file(reassignment_json_file, plan_from_json) if reassignment_json_file else {}
+    bootstrap = reachable_bootstrap(bootstrap_server)
+
+    async def go() -> int:
+        async with Admin(bootstrap) as admin:
+            if list_:
+                for line in list_lines(await admin.list_partition_reassignments()):
+                    click.echo(line)
+                return 0
+            ongoing = await admin.list_partition_reassignments(list(plan))
+            if cancel:
+                active = [tp for tp in plan if tp in ongoing]
+                if active:
+                    errors = {tp: e for tp, e in (await admin.alter_partition_reassignments(
+                        {tp: None for tp in active})).items() if e is not None}
+                    if errors:
+                        for line in error_lines("cancelling partition reassignment", errors):
+                            click.echo(line, err=True)
+                        return 1
+                    click.echo(f"Successfully cancelled partition reassignment{_plural(len(active))} for: "
+                               f"{_names(active)}")
+                else:
+                    click.echo("None of the specified partition reassignments are active.")
+                click.echo("None of the specified partition moves are active.")
+                return 0
+            current = await _replicas(admin, sorted({tp.topic for tp in plan}))
+            if verify:
+                for line in verify_lines(plan, current, set(ongoing)):
+                    click.echo(line)
+                click.echo("")
+                return 0
+            if ongoing and not additional:
+                click.echo("Cannot execute because there is an existing partition assignment.  Use --additional "
+                           "to override this and create a new partition assignment in addition to the existing "
+                           "one.", err=True)
+                return 1
+            missing = sorted(tp for tp in plan if tp not in current)
+            if missing:
+                click.echo("Error: org.apache.kafka.common.errors.UnknownTopicOrPartitionException: Unable to find "
+                           f"partition: {missing[0]}", err=True)
+                return 1
+            click.echo("Current partition replica assignment\n")
+            click.echo(assignment_json({tp: current[tp] for tp in plan if tp in current}))
+            click.echo("\nSave this to use as the --reassignment-json-file option during rollback")
+            errors = {tp: e for tp, e in (await admin.alter_partition_reassignments(plan)).items() if e is not None}
+            if errors:
+                for line in error_lines("reassigning partition", errors):
+                    click.echo(line, err=True)
+                return 1
+            click.echo(f"Successfully started partition reassignment{_plural(len(plan))} for {_names(list(plan))}")
+            return 0
+    sys.exit(run_async(go()))
+
+
+async def _replicas(admin: Admin, topics: list[str]) -> dict[TopicPartition, list[int]]:
+    """Each partition's replicas as the metadata has them (a topic that does not exist has none)."""
+    out: dict[TopicPartition, list[int]] = {}
+    for topic in topics:
+        try:
+            described = await admin.describe_topics([topic])
+        except KafkaError as exc:
+            if exc.code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                raise
+            continue
+        for td in described:
+            for pd in td.partitions:
+                out[TopicPartition(td.name, pd.partition)] = list(pd.replicas)
+    return out

@@ -9,7 +9,11 @@ pause past the session timeout, isolate, cut (one path, one way), reset
 (one connection), shutdown (controlled, then restart), elect (preferred),
 rebalance (the controller's automatic rebalance, now), create_topic,
 ctl_kill (controller kill and restart), quiet (nothing is written), move (a
-leadership move in which nothing is written).
+leadership move in which nothing is written), and, with `settings.reassign`,
+reassign (a partition's replicas change, KIP-455: one broker leaves a full
+replica set, or the missing one comes back first in the order; cancelled after
+`hold` when that is under a second). Reassignments come from a second stream of
+the seed, so a seed's other faults are the same with or without them.
 
 Must not know: how a fault is carried out (the world does that).
 """
@@ -35,7 +39,7 @@ class Fault:
     other: int | str = 0
 
     def describe(self) -> str:
-        extra = f" other={self.other}" if self.kind in ("cut", "move", "create_topic") else ""
+        extra = f" other={self.other}" if self.kind in ("cut", "move", "create_topic", "reassign") else ""
         tgt = f"b{self.target}" if isinstance(self.target, int) and self.kind not in ("ctl_kill",) else self.target
         return f"{self.kind} {tgt}{extra} at={self.at:.2f} hold={self.hold:.2f}"
 
@@ -84,7 +88,20 @@ def make_plan(seed: int, settings: Any, *, power_loss: bool | None = None) -> Pl
             hold = rng.uniform(0.2, 2.0)
         faults.append(Fault(round(t, 3), kind, target, round(hold, 3), other))
         t += rng.uniform(0.3, 4.0)
+    if getattr(settings, "reassign", False):
+        faults = sorted(faults + _reassignments(seed, settings, brokers), key=lambda f: f.at)
     return Plan(tuple(faults))
+
+
+def _reassignments(seed: int, settings: Any, brokers: list[int]) -> list[Fault]:
+    rng = random.Random((seed * 2_654_435_761 + 97) % (1 << 61))
+    out = []
+    t = 4.0 + rng.uniform(0, 2)
+    while t < settings.heal_at_s - 1:
+        out.append(Fault(round(t, 3), "reassign", rng.choice(brokers), round(rng.uniform(0.3, 3.0), 3),
+                         rng.randrange(settings.partitions)))
+        t += rng.uniform(2.0, 6.0)
+    return out
 
 
 def shrink(plan: Plan, fails: Callable[[Plan], bool], budget: int = 48) -> Plan:

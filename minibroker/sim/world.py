@@ -40,6 +40,7 @@ from minibroker.client.accumulator import ProducerBatch
 from minibroker.client.admin import Admin, NewTopic
 from minibroker.client.consumer import Consumer
 from minibroker.client.producer import Producer
+from minibroker.client.types import TopicPartition
 from minibroker.config import DEFAULTS, Config
 from minibroker.controller.server import ControllerServer
 from minibroker.controller.settings import ControllerSettings
@@ -79,6 +80,7 @@ class SimSettings:
     max_idle_requests_per_partition_s: float = 30.0
     power_loss: bool = False
     workload: Literal["idempotent", "verifiable"] = "idempotent"
+    reassign: bool = False          # the nemesis also reassigns partitions (faults.py)
 
     @property
     def liveness_window_s(self) -> float:
@@ -456,6 +458,28 @@ class World:
             self.quiet -= 1
         elif k == "move":
             await self.quiet_move(f)
+        elif k == "reassign":
+            await self.reassign(f)
+
+    async def reassign(self, f: Fault) -> None:
+        """KIP-455 under the other faults: a full replica set loses broker `f.target`; a partial one gets
+        its missing brokers back, first in the order (the preferred leader once it has caught up).
+        With a hold under a second, the move is cancelled after it (a no-op if it completed)."""
+        part = int(f.other) if isinstance(f.other, int) else 0
+        view = self.controller_view().get(f"{TOPIC}-{part}")
+        if view is None:
+            return
+        current = view["replicas"]
+        if len(current) >= len(self.broker_ids):
+            target = [r for r in current if r != f.target]
+        else:
+            target = [b for b in self.broker_ids if b not in current] + current
+        tp = TopicPartition(TOPIC, part)
+        await self.admin_call(f"reassign {tp} to {target}", lambda a: a.alter_partition_reassignments({tp: target}))
+        if f.hold < 1.0:
+            await asyncio.sleep(f.hold)
+            await self.admin_call(f"cancel the reassignment of {tp}",
+                                  lambda a: a.alter_partition_reassignments({tp: None}))
 
     async def quiet_move(self, f: Fault) -> None:
         """A leadership move in which nothing is written: stop producing, kill the leader of one

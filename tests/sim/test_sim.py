@@ -275,3 +275,25 @@ def test_seeds_with_the_verifiable_producer_keep_every_partition_in_send_order()
 
 def _verifiable_violations(seed: int) -> tuple[int, list[str]]:
     return seed, run_seed(seed, settings=SimSettings(duration_s=30.0, workload="verifiable")).violations
+
+
+REASSIGNING = SimSettings(duration_s=30.0, reassign=True)
+
+
+@pytest.mark.timeout(900)
+def test_seeds_that_also_reassign_partitions_pass_and_the_moves_happen():
+    """KIP-455 under the other faults: replica sets shrink and grow back (a new replica copies the
+    log from scratch, the leaving one deletes its log), some moves are cancelled; no acknowledged
+    record is lost or read differently, and every run converges."""
+    with multiprocessing.get_context("fork").Pool(2, maxtasksperchild=5) as pool:
+        failed = [(s, v) for s, v in pool.imap(_reassigning_violations, range(1, 21)) if v]
+    assert not failed, failed[:5]
+    r = run_seed(5, settings=REASSIGNING)
+    phases = [line for line in r.trace if " ctl reassignment " in line]
+    assert any("adding" in line for line in phases) and any("reassignment completed" in line for line in phases)
+    assert any(" stopped_replica " in line for line in r.trace)
+    assert make_plan(5, SHORT).faults == tuple(f for f in make_plan(5, REASSIGNING).faults if f.kind != "reassign")
+
+
+def _reassigning_violations(seed: int) -> tuple[int, list[str]]:
+    return seed, run_seed(seed, settings=REASSIGNING).violations

@@ -1,6 +1,7 @@
 """`minibroker topics create|list|describe|alter|delete` (kafka-topics)."""
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
 import click
@@ -10,6 +11,8 @@ from minibroker.cli.format import describe_lines
 from minibroker.client.admin import Admin
 from minibroker.dynamic_config import ResourceType
 from minibroker.errors import ErrorCode, KafkaError
+
+REASSIGNMENTS_MS = 3000     # describe's wait for the controller's list of moves in progress (Adding/Removing Replicas)
 
 
 @click.group()
@@ -105,7 +108,11 @@ def describe(bootstrap_server: str | None, topic: str | None, under_replicated_p
         async with Admin(bootstrap) as admin:
             tds = await admin.describe_topics([topic] if topic else None)
             found = await admin.describe_configs([(ResourceType.TOPIC, td.name) for td in tds])
-            moving = await admin.list_partition_reassignments()
+            try:       # the controller answers it: without one, describe still shows what the brokers know
+                moving = await asyncio.wait_for(admin.list_partition_reassignments(timeout_ms=REASSIGNMENTS_MS),
+                                                REASSIGNMENTS_MS / 1000 + 1)
+            except (KafkaError, TimeoutError):
+                moving = {}
             return [dataclasses.replace(td, configs={e.name: e.value for e in found[(ResourceType.TOPIC, td.name)]
                                                      if not e.is_default}) for td in tds], moving
     try:

@@ -305,11 +305,15 @@ class Admin:
                     KafkaError(code, p.get("message") or "", remote=True) if code else None)
         return out
 
-    async def list_partition_reassignments(self, partitions: Iterable[TopicPartition] | None = None
+    async def list_partition_reassignments(self, partitions: Iterable[TopicPartition] | None = None, *,
+                                           timeout_ms: int | None = None
                                            ) -> dict[TopicPartition, tuple[list[int], list[int], list[int]]]:
         """The partitions being reassigned (all, or among `partitions`): (replicas, adding, removing) each."""
         topics = None if partitions is None else _by_topic(partitions)
-        resp = await self._any(ApiKey.LIST_PARTITION_REASSIGNMENTS, {"topics": topics})
+        body: dict[str, Any] = {"topics": topics}
+        if timeout_ms is not None:
+            body["timeout_ms"] = timeout_ms
+        resp = await self._any(ApiKey.LIST_PARTITION_REASSIGNMENTS, body, timeout_ms)
         return {TopicPartition(t["topic"], p["partition"]): (p["replicas"], p["adding_replicas"],
                                                              p["removing_replicas"])
                 for t in resp.get("topics", ()) for p in t["partitions"]}

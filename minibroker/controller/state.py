@@ -5,7 +5,8 @@ Owns: the metadata image (brokers, topics, partitions; see `Cluster` and
 QuorumController / ReplicationControlManager / ClusterControlManager:
 broker registration and epochs, heartbeats, fencing (C1/C2), controlled
 shutdown, topic creation (C8, placement §16), elections (C3/C4/C7), epochs
-(C5), AlterPartition validation (C6), ELR (C9) and auto-rebalance.
+(C5), AlterPartition validation (C6), ELR (C9), partition reassignment (C10)
+and auto-rebalance.
 
 Must not know: sockets, asyncio, files or the clock. Every event takes
 `now_ms` and returns an `Outcome`: the records to append to the metadata log

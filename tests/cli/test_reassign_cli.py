@@ -92,3 +92,6 @@ def test_a_reassignment_that_cannot_finish_is_listed_described_and_cancelled(clu
         "None of the specified partition reassignments are active."
     assert ok(run(c, "reassign-partitions", "--reassignment-json-file", move, "--verify")).splitlines()[1] == \
         "There is no active reassignment of partition stuck-0, but replica set is 1,2 rather than 1,3."
+    # Adding/Removing Replicas come from the controller; without it describe still shows what the brokers know.
+    c.stop_process("controller")
+    assert partition_fields(c, "stuck")["Replicas"] == "1,2"

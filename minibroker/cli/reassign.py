@@ -1,11 +1,14 @@
-"""`minibroker reassign-partitions` (kafka-reassign-partitions): --execute, --verify, --cancel, --list.
+"""`minibroker reassign-partitions` (kafka-reassign-partitions): --generate, --execute, --verify, --cancel, --list.
 
-Thin by rule: the reassignment JSON file, Kafka's output lines, and Admin's
-alter/list partition reassignments (KIP-455); the controller does the work.
+Thin by rule: the JSON files, Kafka's output lines, and Admin's alter/list
+partition reassignments (KIP-455); the controller does the work. --generate
+proposes a placement with Kafka's AdminUtils algorithm
+(minibroker.controller.placement), as Kafka's tool does, a random start each run.
 """
 from __future__ import annotations
 
 import json
+import random
 import sys
 
 import click
@@ -14,6 +17,7 @@ from minibroker.cli.common import bootstrap_option, fail, handle_errors, parse_f
 from minibroker.cli.format import java_exception
 from minibroker.client.admin import Admin
 from minibroker.client.types import TopicPartition
+from minibroker.controller.placement import PlacementError, assign_replicas
 from minibroker.errors import ErrorCode, KafkaError
 
 
@@ -51,6 +55,48 @@ def plan_from_json(text: str) -> dict[TopicPartition, list[int]]:
     if dups:
         raise ValueError(f"Partition reassignment contained duplicate topic partitions: {', '.join(sorted(set(dups)))}")
     return plan
+
+
+def topics_from_json(text: str) -> list[str]:
+    """--topics-to-move-json-file: {"topics": [{"topic": "..."}], "version": 1}; ValueError says what is wrong."""
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"not valid JSON: {exc}") from None
+    if (not isinstance(doc, dict) or not isinstance(doc.get("topics"), list) or doc.get("version", 1) != 1
+            or not all(isinstance(t, dict) and isinstance(t.get("topic"), str) for t in doc["topics"])):
+        raise ValueError('expected {"topics": [{"topic": "..."}, ...], "version": 1}')
+    names = [t["topic"] for t in doc["topics"]]
+    if not names:
+        raise ValueError("List of topics to reassign contains no topics")
+    dups = sorted({n for n in names if names.count(n) > 1})
+    if dups:
+        raise ValueError(f"List of topics to reassign contains duplicate entries: {', '.join(dups)}")
+    return names
+
+
+def parse_broker_list(text: str) -> list[int]:
+    try:
+        ids = [int(b) for b in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--broker-list {text!r}: expected broker ids such as 1,2,3") from None
+    dups = sorted({b for b in ids if ids.count(b) > 1})
+    if dups:
+        raise ValueError(f"Duplicate broker IDs in --broker-list: {','.join(map(str, dups))}")
+    return ids
+
+
+def propose(current: dict[TopicPartition, list[int]], racks: dict[int, str | None],
+            rng: random.Random | None = None) -> dict[TopicPartition, list[int]]:
+    """Kafka's generateAssignment: each topic placed anew on the brokers (`racks`), keeping its partition
+    count and replication factor (the first partition's)."""
+    out: dict[TopicPartition, list[int]] = {}
+    for topic in sorted({tp.topic for tp in current}):
+        parts = sorted(tp.partition for tp in current if tp.topic == topic)
+        rf = len(current[TopicPartition(topic, parts[0])])
+        plan = assign_replicas(racks, len(parts), rf, rng=rng)
+        out.update({TopicPartition(topic, p): replicas for p, replicas in zip(parts, plan, strict=True)})
+    return out
 
 
 def assignment_json(assignment: dict[TopicPartition, list[int]]) -> str:
@@ -104,25 +150,59 @@ def error_lines(what: str, errors: dict[TopicPartition, KafkaError]) -> list[str
 @bootstrap_option
 @click.option("--reassignment-json-file", type=click.Path(dir_okay=False),
               help='The plan: {"version": 1, "partitions": [{"topic": "orders", "partition": 0, "replicas": [2,3]}]}.')
+@click.option("--generate", is_flag=True, help="Propose a plan moving --topics-to-move-json-file's topics onto "
+                                               "--broker-list (printed, not started).")
+@click.option("--topics-to-move-json-file", type=click.Path(dir_okay=False),
+              help='--generate: {"topics": [{"topic": "orders"}], "version": 1}.')
+@click.option("--broker-list", help="--generate: the brokers to place the replicas on, such as 1,2,3.")
+@click.option("--disable-rack-aware", is_flag=True, help="--generate: ignore the brokers' racks.")
 @click.option("--execute", is_flag=True, help="Start the reassignment the plan describes.")
 @click.option("--verify", is_flag=True, help="Whether the plan's reassignments are done.")
 @click.option("--cancel", is_flag=True, help="Cancel the plan's reassignments in progress (their old replicas stay).")
 @click.option("--list", "list_", is_flag=True, help="Every reassignment in progress.")
 @click.option("--additional", is_flag=True, help="--execute although reassignments are in progress.")
 @handle_errors
-def reassign_partitions(bootstrap_server: str | None, reassignment_json_file: str | None, execute: bool, verify: bool,
-                        cancel: bool, list_: bool, additional: bool) -> None:
+def reassign_partitions(bootstrap_server: str | None, reassignment_json_file: str | None, generate: bool,
+                        topics_to_move_json_file: str | None, broker_list: str | None, disable_rack_aware: bool,
+                        execute: bool, verify: bool, cancel: bool, list_: bool, additional: bool) -> None:
     """Move partition replicas between brokers, as kafka-reassign-partitions: new replicas copy the log from the
     leader, join the ISR, and then the old ones leave (the leader moves if it is one of them)."""
-    if sum((execute, verify, cancel, list_)) != 1:
-        fail("Command must include exactly one action: --execute, --verify, --cancel, --list")
-    if not list_ and not reassignment_json_file:
+    if sum((generate, execute, verify, cancel, list_)) != 1:
+        fail("Command must include exactly one action: --generate, --execute, --verify, --cancel, --list")
+    if generate and not (topics_to_move_json_file and broker_list):
+        fail("Missing required argument \"[topics-to-move-json-file]\" or \"[broker-list]\"")
+    if not (list_ or generate) and not reassignment_json_file:
         fail("Missing required argument \"[reassignment-json-file]\"")
-    plan = parse_file(reassignment_json_file, plan_from_json) if reassignment_json_file else {}
+    plan = parse_file(reassignment_json_file, plan_from_json) if reassignment_json_file and not generate else {}
+    moving = parse_file(topics_to_move_json_file, topics_from_json) if generate and topics_to_move_json_file else []
+    try:
+        brokers = parse_broker_list(broker_list) if generate and broker_list else []
+    except ValueError as exc:
+        fail(f"Error: {exc}")
     bootstrap = reachable_bootstrap(bootstrap_server)
 
     async def go() -> int:
         async with Admin(bootstrap) as admin:
+            if generate:
+                known = {b.node_id: b.rack for b in (await admin.describe_cluster()).brokers}
+                unknown = [b for b in brokers if b not in known]
+                if unknown:
+                    click.echo(f"Error: Unknown broker id(s) in --broker-list: {','.join(map(str, unknown))}",
+                               err=True)
+                    return 1
+                current = await _replicas(admin, moving)
+                absent = [t for t in moving if not any(tp.topic == t for tp in current)]
+                if absent:
+                    click.echo(f"Error: Topic {absent[0]} not found", err=True)
+                    return 1
+                try:
+                    proposed = propose(current, {b: None if disable_rack_aware else known[b] for b in brokers})
+                except PlacementError as exc:
+                    click.echo(f"Error: {exc}", err=True)
+                    return 1
+                click.echo(f"Current partition replica assignment\n{assignment_json(current)}\n")
+                click.echo(f"Proposed partition reassignment configuration\n{assignment_json(proposed)}")
+                return 0
             if list_:
                 for line in list_lines(await admin.list_partition_reassignments()):
                     click.echo(line)

@@ -95,3 +95,23 @@ def test_a_reassignment_that_cannot_finish_is_listed_described_and_cancelled(clu
     # Adding/Removing Replicas come from the controller; without it describe still shows what the brokers know.
     c.stop_process("controller")
     assert partition_fields(c, "stuck")["Replicas"] == "1,2"
+
+
+def test_generate_proposes_kafkas_placement_on_the_brokers_given(shared_cluster, tmp_path):
+    c = shared_cluster
+    ok(run(c, "topics", "create", "--topic", "gen", "--replica-assignment", "1:2,1:2,1:2"))
+    topics = tmp_path / "topics.json"
+    topics.write_text('{"topics": [{"topic": "gen"}], "version": 1}')
+    out = ok(run(c, "reassign-partitions", "--topics-to-move-json-file", str(topics), "--broker-list", "2,3",
+                 "--generate")).splitlines()
+    assert out[:3] == ["Current partition replica assignment", json.dumps({"version": 1, "partitions": [
+        {"topic": "gen", "partition": p, "replicas": [1, 2], "log_dirs": ["any", "any"]} for p in range(3)]},
+        separators=(",", ":")), ""]
+    assert out[3] == "Proposed partition reassignment configuration"
+    proposed = json.loads(out[4])["partitions"]
+    assert [p["partition"] for p in proposed] == [0, 1, 2]
+    assert all(sorted(p["replicas"]) == [2, 3] for p in proposed)          # RF 2 on the two brokers given
+    assert len({p["replicas"][0] for p in proposed}) == 2                   # leaders spread over both
+    bad = run(c, "reassign-partitions", "--topics-to-move-json-file", str(topics), "--broker-list", "2,9",
+              "--generate")
+    assert bad.returncode == 1 and bad.stderr.decode().strip() == "Error: Unknown broker id(s) in --broker-list: 9"

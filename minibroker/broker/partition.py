@@ -143,6 +143,9 @@ class Partition:
         self.partition_epoch = UNDEFINED
         self.replicas: tuple[int, ...] = ()
         self.isr: tuple[int, ...] = ()         # as metadata says (followers keep no ISR of their own)
+        # Invariant: as metadata says: during a reassignment, the replicas being added and removed (C10).
+        self.adding_replicas: tuple[int, ...] = ()
+        self.removing_replicas: tuple[int, ...] = ()
         self.core: PartitionLeader | None = None
         self._hw = self._clamp(hw)
         self.tracker = ByteTracker(log.log_end_offset)
@@ -298,6 +301,8 @@ class Partition:
         self.partition_epoch = rec.partition_epoch
         self.replicas = rec.replicas
         self.isr = rec.isr
+        self.adding_replicas = rec.adding_replicas
+        self.removing_replicas = rec.removing_replicas
 
     # ------------------------------------------------------------ leader: produce
 

@@ -1705,6 +1705,7 @@ class ReplicaManager:
                 "leader": part.leader_id, "leader_epoch": part.leader_epoch,
                 "partition_epoch": part.partition_epoch, "leo": part.leo, "hw": part.hw,
                 "log_start_offset": part.log_start_offset,
+                "adding_replicas": list(part.adding_replicas), "removing_replicas": list(part.removing_replicas),
             }
             if core is not None:
                 pending = core.pending

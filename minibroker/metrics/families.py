@@ -51,7 +51,7 @@ def broker_families(status: Mapping[str, Any], min_isr: Callable[[str], int],
     """A broker's metrics from its ReplicaStatus body (`ReplicaManager.replica_status(None)`)."""
     parts: list[Mapping[str, Any]] = list(status.get("partitions", ()))
     leaders = [p for p in parts if p.get("role") == "leader"]
-    under = under_min = at_min = 0
+    under = under_min = at_min = reassigning = 0
     ur = Family("kafka_cluster_partition_underreplicated", "gauge",
                 "1 if this broker leads the partition and its ISR is smaller than its replica set")
     isr_count = Family("kafka_cluster_partition_insyncreplicascount", "gauge",
@@ -82,7 +82,9 @@ def broker_families(status: Mapping[str, Any], min_isr: Callable[[str], int],
         is_leader = p.get("role") == "leader"
         isr = list(p.get("isr", ())) if is_leader else []
         replicas = list(p.get("replicas", ())) if is_leader else []
-        rf = len(replicas)
+        adding = list(p.get("adding_replicas", ())) if is_leader else []
+        rf = len(replicas) - len(adding)          # Kafka's replicationFactor: the adding replicas do not count
+        reassigning += int(is_leader and bool(adding or p.get("removing_replicas")))
         m = effective_min_isr(min_isr(t), rf) if is_leader else 0
         u = int(is_leader and len(isr) < rf)
         um = int(is_leader and len(isr) < m)
@@ -111,6 +113,8 @@ def broker_families(status: Mapping[str, Any], min_isr: Callable[[str], int],
         _scalar("kafka_server_replicamanager_atminisrpartitioncount", "gauge",
                 "Partitions this broker leads whose ISR is exactly min.insync.replicas", at_min),
         _scalar("kafka_server_replicamanager_leadercount", "gauge", "Partitions this broker leads", len(leaders)),
+        _scalar("kafka_server_replicamanager_reassigningpartitions", "gauge",
+                "Partitions this broker leads that are being reassigned", reassigning),
         _scalar("kafka_server_replicamanager_partitioncount", "gauge", "Partitions this broker hosts", len(parts)),
         _scalar("kafka_server_replicamanager_isrshrinks", "counter",
                 "ISR shrinks applied by this broker as leader (its AlterPartition or the controller's change)",

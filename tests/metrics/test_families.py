@@ -43,6 +43,19 @@ def test_min_isr_is_capped_at_the_replication_factor_as_kafka_does():
     assert m[("kafka_server_replicamanager_atminisrpartitioncount", ())] == 1
 
 
+def test_a_reassignment_counts_and_its_adding_replica_is_not_part_of_the_replication_factor():
+    """Kafka's OngoingReassignmentState: replicationFactor = replicas - adding; ReassigningPartitions counts it."""
+    st = status([1, 2], [(1, 100), (2, 100), (3, 10)])
+    st["partitions"][0].update(adding_replicas=[3], removing_replicas=[1])
+    m = samples(broker_families(st, lambda t: 2, EventCounts()))
+    assert m[("kafka_server_replicamanager_reassigningpartitions", ())] == 1
+    assert m[("kafka_server_replicamanager_underreplicatedpartitions", ())] == 0
+    assert m[("kafka_cluster_partition_replicascount", (("partition", "0"), ("topic", "t")))] == 2
+    plain = samples(broker_families(status([1, 2], [(1, 100), (2, 100), (3, 10)]), lambda t: 2, EventCounts()))
+    assert plain[("kafka_server_replicamanager_reassigningpartitions", ())] == 0
+    assert plain[("kafka_server_replicamanager_underreplicatedpartitions", ())] == 1
+
+
 def test_isr_counters_follow_the_events_the_leader_applied():
     c = EventCounts()
     c.observe(Event("isr_shrink", 1, "t-0", [1, 2, 3], [1, 2]))

@@ -42,8 +42,12 @@ def row(v: PartitionView) -> tuple[str, ...]:
     reps = "  ".join(
         f"{r.broker_id}:{'?' if r.leo is None else r.leo}/{'?' if r.lag is None else r.lag}"
         f"{'' if r.in_isr else '*'}{'!' if r.stuck else ''}" for r in v.replicas)
+    moving = ""
+    if v.adding or v.removing:
+        moving = "  (reassigning: " + "; ".join(
+            f"{what} {_ids(ids)}" for what, ids in (("adding", v.adding), ("removing", v.removing)) if ids) + ")"
     return (v.name, "none" if v.leader is None else str(v.leader), str(v.leader_epoch), _ids(v.isr), _ids(v.elr),
-            "?" if v.hw is None else str(v.hw), reps + (f"  ({v.note})" if v.note else ""))
+            "?" if v.hw is None else str(v.hw), reps + moving + (f"  ({v.note})" if v.note else ""))
 
 
 def table_text(views: list[PartitionView]) -> list[str]:
@@ -54,7 +58,8 @@ def table_text(views: list[PartitionView]) -> list[str]:
 
 def unhealthy(v: PartitionView) -> bool:
     """Offline, under-replicated, a stuck follower, or a note (a broker's numbers missing)."""
-    return v.leader is None or len(v.isr) < len(v.replicas) or bool(v.note) or any(r.stuck for r in v.replicas)
+    return (v.leader is None or len(v.isr) < len(v.replicas) - len(v.adding) or bool(v.note)
+            or any(r.stuck for r in v.replicas))
 
 
 def fitting_views(views: list[PartitionView], room: int) -> tuple[list[PartitionView], str | None]:

@@ -48,6 +48,8 @@ class PartitionView:
     log_start: int | None
     replicas: tuple[ReplicaView, ...]
     note: str = ""
+    adding: tuple[int, ...] = ()       # during a reassignment, as the leader reports it
+    removing: tuple[int, ...] = ()
 
     @property
     def name(self) -> str:
@@ -96,8 +98,10 @@ def join(topics: list[TopicDescription], statuses: dict[int, dict[str, Any]]) ->
             replicas = [_with_stuck(r, by_broker.get(r.broker_id, {}).get(key)) for r in replicas]
             stuck = [f"{r.broker_id} stuck: {r.stuck}" for r in replicas if r.stuck]
             note = "; ".join([*([note] if note else []), *stuck])
+            moving = lead if lead is not None and lead.get("role") == "leader" else {}
             out.append(PartitionView(pd.topic, pd.partition, pd.leader, pd.leader_epoch, pd.isr, pd.elr,
-                                     hw, ls, tuple(replicas), note))
+                                     hw, ls, tuple(replicas), note, tuple(moving.get("adding_replicas", ())),
+                                     tuple(moving.get("removing_replicas", ()))))
     return out
 
 

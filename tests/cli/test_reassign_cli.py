@@ -76,6 +76,8 @@ def test_a_reassignment_that_cannot_finish_is_listed_described_and_cancelled(clu
         "Current partition reassignments:", "stuck-0: replicas: 1,3,2. adding: 3. removing: 2."]
     fields = partition_fields(c, "stuck")
     assert (fields["Replicas"], fields["Adding Replicas"], fields["Removing Replicas"]) == ("1,3,2", "3", "2")
+    watched = [line for line in ok(run(c, "watch", "--once")).splitlines() if line.startswith("stuck-0 ")]
+    assert len(watched) == 1 and "(reassigning: adding 3; removing 2)" in watched[0]
     topic_line = ok(run(c, "topics", "describe", "--topic", "stuck")).splitlines()[0]
     assert "\tReplicationFactor: 2\t" in topic_line
     busy = run(c, "reassign-partitions", "--reassignment-json-file", move, "--execute")

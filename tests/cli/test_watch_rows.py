@@ -1,5 +1,7 @@
 """The live watch's table fits the terminal: which partitions it shows when they do not all fit."""
-from minibroker.cli.watch import fitting_views, unhealthy
+import dataclasses
+
+from minibroker.cli.watch import fitting_views, row, unhealthy
 from minibroker.client.observe import PartitionView, ReplicaView
 
 
@@ -39,3 +41,11 @@ def test_the_line_counts_the_unhealthy_partitions_left_out():
     shown, more = fitting_views(views, 4)
     assert [v.partition for v in shown] == [0, 1, 2]
     assert more is not None and more.startswith("... 47 more partitions, 47 of them unhealthy")
+
+
+def test_a_reassigning_partition_says_what_it_adds_and_removes_and_its_new_replica_is_not_missing_from_the_isr():
+    reps = tuple(ReplicaView(b, 5, 0 if b != 3 else 5, b != 3) for b in (1, 2, 3))
+    moving = PartitionView("t", 0, 1, 0, (1, 2), None, 10, 0, reps, "", adding=(3,), removing=(1,))
+    assert row(moving)[-1] == "1:5/0  2:5/0  3:5/5*  (reassigning: adding 3; removing 1)"
+    assert not unhealthy(moving)
+    assert unhealthy(dataclasses.replace(moving, adding=(), removing=()))

@@ -1690,6 +1690,21 @@ class ReplicaManager:
 
     # ================================================================ status
 
+    def describe_log_dirs(self, topics: list[dict] | None) -> list[dict]:
+        """DescribeLogDirs' topics for this broker's one log directory: every replica it hosts (or those
+        `topics` names), with its log's size in bytes and Kafka's offset lag (max(HW - LEO, 0), 0 unless
+        the replica's own HW is ahead of its log); no future replicas (no log-dir moves)."""
+        wanted = None if topics is None else {(t["topic"], p) for t in topics for p in t["partitions"]}
+        by_topic: dict[str, list[dict]] = {}
+        for key in sorted(self._partitions):
+            if wanted is not None and key not in wanted:
+                continue
+            part = self._partitions[key]
+            by_topic.setdefault(key[0], []).append({
+                "partition": key[1], "size": part.log.size_bytes, "offset_lag": max(part.hw - part.leo, 0),
+                "is_future": False})
+        return [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]
+
     def replica_status(self, topics: list[str] | None) -> dict:
         """Body of the ReplicaStatus response: this broker's view of each replica."""
         now = self.clock()

@@ -25,6 +25,7 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 from typing import Any
@@ -465,6 +466,7 @@ class BrokerServer:
             ApiKey.INIT_PRODUCER_ID: HandlerSpec(self._gated(self._init_producer_id)),
             ApiKey.DESCRIBE_QUORUM: HandlerSpec(self._gated(self._describe_quorum)),
             **{api: HandlerSpec(self._gated(fn)) for api, fn in group_handlers(lambda: self.coordinator).items()},
+            ApiKey.DESCRIBE_LOG_DIRS: HandlerSpec(self._gated(self._describe_log_dirs)),
             ApiKey.REPLICA_STATUS: HandlerSpec(self._replica_status),
             ApiKey.EVENTS: HandlerSpec(self._events),
         }
@@ -620,6 +622,21 @@ class BrokerServer:
     async def _describe_cluster(self, ctx: RequestContext, body: dict) -> dict:
         assert self.channel is not None
         return await self.channel.forward(ApiKey.DESCRIBE_CLUSTER, body, 30_000)
+
+    async def _describe_log_dirs(self, ctx: RequestContext, body: dict) -> dict:
+        """kafka-log-dirs: this broker's one log directory, its replicas' sizes, and the volume's total and
+        usable bytes (statvfs, off the loop)."""
+        if self.replica_manager is None or self.replica_manager.log_manager is None:
+            return {"error": 0, "results": []}
+        log_dir = self.replica_manager.log_manager.data_dir
+        topics = self.replica_manager.describe_log_dirs(body["topics"])
+        try:
+            usage = await asyncio.to_thread(shutil.disk_usage, log_dir)
+            total, usable = usage.total, usage.free
+        except OSError:
+            total = usable = -1
+        return {"error": 0, "results": [{"error": 0, "log_dir": log_dir, "topics": topics, "total_bytes": total,
+                                         "usable_bytes": usable}]}
 
     async def _replica_status(self, ctx: RequestContext, body: dict) -> dict:
         if self.replica_manager is None:

@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "offsets": ("minibroker.cli.offsets", "offsets"),
     "delete-records": ("minibroker.cli.delete_records", "delete_records"),
     "reassign-partitions": ("minibroker.cli.reassign", "reassign_partitions"),
+    "log-dirs": ("minibroker.cli.log_dirs", "log_dirs"),
     "configs": ("minibroker.cli.configs", "configs"),
     "leader-election": ("minibroker.cli.election", "leader_election"),
     "broker-api-versions": ("minibroker.cli.api_versions", "broker_api_versions"),

@@ -39,6 +39,24 @@ class NewTopic:
 
 
 @dataclass(frozen=True)
+class ReplicaLogInfo:
+    """One replica in a log directory (Kafka's ReplicaInfo)."""
+    size: int
+    offset_lag: int
+    is_future: bool
+
+
+@dataclass(frozen=True)
+class LogDirDescription:
+    """One broker's log directory (Kafka's LogDirDescription)."""
+    path: str
+    error: int
+    replicas: dict[TopicPartition, ReplicaLogInfo]
+    total_bytes: int = -1
+    usable_bytes: int = -1
+
+
+@dataclass(frozen=True)
 class ClusterDescription:
     cluster_id: str | None
     controller_id: int
@@ -323,6 +341,30 @@ class Admin:
     async def api_versions(self, address: str | Address) -> dict[str, Any]:
         addr = parse_hostport(address) if isinstance(address, str) else address
         return check(await self.net.request_address(addr, ApiKey.API_VERSIONS, {}, channel="meta"))
+
+    async def describe_log_dirs(self, broker_ids: Iterable[int] | None = None, topics: Iterable[str] | None = None
+                                ) -> dict[int, list[LogDirDescription]]:
+        """Kafka's describeLogDirs: each broker's log directories (minibroker's: one per broker), the replicas in
+        them (all, or those of `topics`) with their size and offset lag, and the volume's total and usable bytes.
+        Brokers not in the metadata raise BROKER_NOT_AVAILABLE."""
+        addresses = await self.brokers()
+        wanted = sorted(addresses) if broker_ids is None else list(broker_ids)
+        missing = [b for b in wanted if b not in addresses]
+        if missing:
+            raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker(s) {missing} not in the cluster's metadata")
+        body: dict[str, Any] = {"topics": None}
+        if topics is not None:
+            names = list(topics)
+            tds = await self.describe_topics(names)
+            body["topics"] = [{"topic": td.name, "partitions": [pd.partition for pd in td.partitions]} for td in tds]
+        out: dict[int, list[LogDirDescription]] = {}
+        for b in wanted:
+            resp = check(await self.net.request_address(addresses[b], ApiKey.DESCRIBE_LOG_DIRS, body, channel="meta"))
+            out[b] = [LogDirDescription(d["log_dir"], d["error"], {
+                TopicPartition(t["topic"], p["partition"]): ReplicaLogInfo(p["size"], p["offset_lag"], p["is_future"])
+                for t in d["topics"] for p in t["partitions"]}, d["total_bytes"], d["usable_bytes"])
+                for d in resp["results"]]
+        return out
 
     async def replica_status(self, address: str | Address, topics: list[str] | None = None) -> dict[str, Any]:
         addr = parse_hostport(address) if isinstance(address, str) else address

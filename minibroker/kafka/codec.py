@@ -57,6 +57,7 @@ class Api(enum.IntEnum):
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    DESCRIBE_LOG_DIRS = 35
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43
@@ -92,6 +93,7 @@ _CLASSES: dict[Api, tuple[Any, Any]] = {
     Api.OFFSET_FOR_LEADER_EPOCH: (_consumer.OffsetForLeaderEpochRequest, _consumer.OffsetForLeaderEpochResponse),
     Api.DESCRIBE_CONFIGS: (_admin.DescribeConfigsRequest, _admin.DescribeConfigsResponse),
     Api.ALTER_CONFIGS: (_admin.AlterConfigsRequest, _admin.AlterConfigsResponse),
+    Api.DESCRIBE_LOG_DIRS: (_admin.DescribeLogDirsRequest, _admin.DescribeLogDirsResponse),
     Api.ELECT_LEADERS: (_admin.ElectLeadersRequest, _admin.ElectLeadersResponse),
     Api.CREATE_PARTITIONS: (_admin.CreatePartitionsRequest, _admin.CreatePartitionsResponse),
     Api.INCREMENTAL_ALTER_CONFIGS: (_admin.IncrementalAlterConfigsRequest, _admin.IncrementalAlterConfigsResponse),
@@ -135,6 +137,7 @@ SERVED: dict[Api, tuple[int, int]] = {
     Api.OFFSET_FOR_LEADER_EPOCH: (2, 4),
     Api.DESCRIBE_CONFIGS: (1, 4),
     Api.ALTER_CONFIGS: (0, 2),
+    Api.DESCRIBE_LOG_DIRS: (1, 4),
     Api.ELECT_LEADERS: (0, 2),
     Api.DESCRIBE_CLUSTER: (0, 1),
     Api.CREATE_PARTITIONS: (0, 3),

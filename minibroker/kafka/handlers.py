@@ -109,6 +109,7 @@ class KafkaApis:
             Api.INCREMENTAL_ALTER_CONFIGS: self._incremental_alter_configs,
             Api.ALTER_CONFIGS: self._alter_configs,
             Api.ALTER_PARTITION_REASSIGNMENTS: self._alter_partition_reassignments,
+            Api.DESCRIBE_LOG_DIRS: self._describe_log_dirs,
             Api.LIST_PARTITION_REASSIGNMENTS: self._list_partition_reassignments,
         }
 
@@ -195,9 +196,19 @@ class KafkaApis:
         """A nullable list of (name, partition_indexes) as the msgpack side's [{topic, partitions}], size-checked."""
         if topics is None:
             return None
-        out = [{"topic": t.name, "partitions": list(t.partition_indexes)} for t in topics]
-        cls._check_size(sum(len(t["partitions"]) for t in out))
-        return out
+        return cls._sized([{"topic": t.name, "partitions": list(t.partition_indexes)} for t in topics])
+
+    @classmethod
+    def _topic_partitions(cls, topics: Any) -> list[dict] | None:
+        """The same for a nullable list of (topic, partitions), DescribeLogDirs' field names."""
+        if topics is None:
+            return None
+        return cls._sized([{"topic": t.topic, "partitions": list(t.partitions)} for t in topics])
+
+    @classmethod
+    def _sized(cls, topics: list[dict]) -> list[dict]:
+        cls._check_size(sum(len(t["partitions"]) for t in topics))
+        return topics
 
     # ------------------------------------------------------------------ Produce
 
@@ -823,6 +834,19 @@ class KafkaApis:
                 "responses": [{"name": t["topic"], "partitions": [
                     {"partition_index": p["partition"], "error_code": p["error"],
                      "error_message": p.get("message") or None} for p in t["partitions"]]} for t in resp["topics"]]}
+
+    async def _describe_log_dirs(self, conn: KafkaConnection, req: _Request) -> dict:
+        """kafka-log-dirs and the admin clients' describeLogDirs: this broker's one log directory (v4's
+        volume totals included)."""
+        topics = self._topic_partitions(req.body.topics)
+        resp = await self._call(conn, req, ApiKey.DESCRIBE_LOG_DIRS, {"topics": topics})
+        assert resp is not None
+        return {"throttle_time_ms": 0, "error_code": 0, "results": [
+            {"error_code": d["error"], "log_dir": d["log_dir"], "total_bytes": d["total_bytes"],
+             "usable_bytes": d["usable_bytes"], "topics": [{"name": t["topic"], "partitions": [
+                 {"partition_index": p["partition"], "partition_size": p["size"], "offset_lag": p["offset_lag"],
+                  "is_future_key": p["is_future"]} for p in t["partitions"]]} for t in d["topics"]]}
+            for d in resp["results"]]}
 
     async def _list_partition_reassignments(self, conn: KafkaConnection, req: _Request) -> dict:
         r = req.body

@@ -39,6 +39,7 @@ class ApiKey(enum.IntEnum):
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     DESCRIBE_CONFIGS = 32
+    DESCRIBE_LOG_DIRS = 35
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
@@ -178,6 +179,9 @@ REQUESTS: dict[ApiKey, dict[str, Any]] = {
         "topics": [{"topic": str, "count": int, "assignments": Opt(Nullable([[int]]), None)}],
         "timeout_ms": Opt(int, 30_000),
         "validate_only": Opt(bool, False),
+    },
+    ApiKey.DESCRIBE_LOG_DIRS: {
+        "topics": Opt(Nullable([{"topic": str, "partitions": [int]}]), None),    # None = every partition here
     },
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: {
         # replicas None cancels the partition's reassignment (KIP-455)

@@ -67,6 +67,23 @@ def test_kafka_python_admin_reassigns_a_partition_and_the_records_follow(shared_
         admin.close()
 
 
+def test_kafka_python_admin_describes_each_brokers_log_dir(shared_cluster):
+    bs = shared_cluster.kafka_bootstrap
+    admin = KafkaAdminClient(bootstrap_servers=bs)
+    try:
+        admin.create_topics([NewTopic("kp-dirs", replica_assignments={0: [2, 3]})])
+        wait_for_topic(shared_cluster, "kp-dirs", 1)
+        by_broker = {r["broker"]: r["log_dirs"] for r in admin.describe_log_dirs(["kp-dirs"])}
+        assert sorted(by_broker) == [1, 2, 3]
+        for b, dirs in by_broker.items():
+            (d,) = dirs
+            assert d["error_code"] == 0 and d["log_dir"].endswith("data") and d["total_bytes"] >= d["usable_bytes"] > 0
+            names = [(t["name"], p["partition_index"]) for t in d["topics"] for p in t["partitions"]]
+            assert names == ([("kp-dirs", 0)] if b in (2, 3) else []), (b, d)
+    finally:
+        admin.close()
+
+
 def test_kafka_python_idempotent_producer_and_assigned_consumer_round_trip_100k_records(shared_cluster):
     bs = shared_cluster.kafka_bootstrap
     admin = KafkaAdminClient(bootstrap_servers=bs)

@@ -85,7 +85,7 @@ def broker_families(status: Mapping[str, Any], min_isr: Callable[[str], int],
         adding = list(p.get("adding_replicas", ())) if is_leader else []
         rf = len(replicas) - len(adding)          # Kafka's replicationFactor: the adding replicas do not count
         reassigning += int(is_leader and bool(adding or p.get("removing_replicas")))
-        m = effective_min_isr(min_isr(t), rf) if is_leader else 0
+        m = effective_min_isr(min_isr(t), len(replicas)) if is_leader else 0    # every replica, as Kafka's
         u = int(is_leader and len(isr) < rf)
         um = int(is_leader and len(isr) < m)
         am = int(is_leader and len(isr) == m)

@@ -194,7 +194,7 @@ class RecordAccumulator:
     `buffered_bytes` in C, where the extension was built."""
 
     __slots__ = ("batch_size", "linger_ms", "buffer_memory", "delivery_timeout_ms", "backoff", "new_waiter",
-                 "new_builder", "decode", "rand", "_queues", "open_batches", "_muted", "_drain_index",
+                 "new_builder", "decode", "rand", "_queues", "open_batches", "_muted", "_held", "_drain_index",
                  "queued_count", "buffered_bytes", "flushing", "closing", "memory_waiters")
 
     def __init__(self, *, batch_size: int = 16384, linger_ms: int = 5, buffer_memory: int = 33_554_432,
@@ -218,6 +218,9 @@ class RecordAccumulator:
         # Invariant: the last, unclosed batch per partition (Producer.send appends to it directly)
         self.open_batches: dict[TopicPartition, ProducerBatch] = {}
         self._muted: set[TopicPartition] = set()
+        # Invariant: partitions whose batches without a sequence yet wait (`hold`): batches sequenced under
+        # an older producer id are still in flight or to be retried, and must be written first.
+        self._held: set[TopicPartition] = set()
         self._drain_index = 0
         self.queued_count = 0
         self.buffered_bytes = 0
@@ -278,6 +281,7 @@ class RecordAccumulator:
         unknown: set[str] = set()
         next_delay = NO_DELAY_BOUND
         force = self.flushing > 0 or self.closing or self.memory_waiters > 0
+        held = self._held
         for tp, q in self._queues.items():
             if not q or tp in self._muted:
                 continue
@@ -288,6 +292,8 @@ class RecordAccumulator:
             if leader in nodes:
                 continue
             head = q[0]
+            if held and tp in held and head.base_seq < 0:
+                continue
             if head.retry_at_ms > now_ms:
                 next_delay = min(next_delay, head.retry_at_ms - now_ms)
                 continue
@@ -319,7 +325,7 @@ class RecordAccumulator:
             if leader not in out:
                 continue
             head = q[0]
-            if head.retry_at_ms > now_ms:
+            if head.retry_at_ms > now_ms or (tp in self._held and head.base_seq < 0):
                 continue
             if out[leader] and sizes[leader] + head.size > max_request_size:
                 continue
@@ -335,7 +341,8 @@ class RecordAccumulator:
         """Whether `batch` is the only batch queued and `ready` would find it sendable now (its
         partition not muted, not expired, past its linger or full or forced): then a sender pass
         would drain it alone (`take`), once its leader has a free, connected request slot."""
-        if self.queued_count != 1 or self.open_batches.get(batch.tp) is not batch or batch.tp in self._muted:
+        if (self.queued_count != 1 or self.open_batches.get(batch.tp) is not batch or batch.tp in self._muted
+                or batch.tp in self._held):
             return False
         if now_ms - batch.created_ms >= self.delivery_timeout_ms:
             return False
@@ -361,7 +368,7 @@ class RecordAccumulator:
         `ready` would not find the new batch sendable now. `size` is `record_size(key, value, None)`;
         `producer_state` (producer id, epoch, base sequence) is stamped in as `set_producer_state` would,
         for which `new_builder` takes them as arguments (the producer's does)."""
-        if self.queued_count or tp in self._muted or self.delivery_timeout_ms <= 0:
+        if self.queued_count or tp in self._muted or tp in self._held or self.delivery_timeout_ms <= 0:
             return None
         if self.buffered_bytes + size > self.buffer_memory and self.buffered_bytes:
             return None
@@ -438,6 +445,15 @@ class RecordAccumulator:
 
     def unmute(self, tp: TopicPartition) -> None:
         self._muted.discard(tp)
+
+    # -- a new producer id (idempotence) ---------------------------------------
+
+    def hold(self, tp: TopicPartition) -> None:
+        """Batches of `tp` not yet sequenced wait: some sequenced under an older producer id must go first."""
+        self._held.add(tp)
+
+    def release_hold(self, tp: TopicPartition) -> None:
+        self._held.discard(tp)
 
     # -- introspection ------------------------------------------------------
 

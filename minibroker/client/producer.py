@@ -29,7 +29,11 @@ setting it is a ConfigError, left at its default it is turned off (Kafka
 for a batch with an earlier batch of its partition still unacknowledged is
 retried (that batch failed first), otherwise it fails the batch and the
 producer takes a new producer id (sequences restart at 0), a simplified
-form of KIP-360's epoch bump.
+form of KIP-360's epoch bump. A partition's batches still sequenced under
+the old id (in flight, or to be retried) keep it and go first: its new
+batches wait until they are done, so a record is never written before one
+sent earlier (Kafka's RecordAccumulator does not drain a partition with
+in-flight batches of a stale producer id and epoch).
 
 Without idempotence (no producer ids on the wire), a retried batch can be
 written twice (REQUEST_TIMED_OUT after the leader appended), and with more
@@ -287,6 +291,11 @@ class Producer:
         self._producer_epoch = -1
         self._next_seq: dict[TopicPartition, int] = {}
         self._acked_seq: dict[TopicPartition, int] = {}
+        # Invariant: per partition, the batches not yet done that were sequenced under an older producer id;
+        # while any is left the partition's new batches are held (RecordAccumulator.hold), so a batch under
+        # the new id (sequence 0) is never written before them (Kafka's RecordAccumulator stops draining a
+        # partition with in-flight batches of a stale producer id and epoch).
+        self._stale: dict[TopicPartition, int] = {}
         self.net = ClientNetwork(self.cfg)
         self._encoder = ProduceEncoder(self.acks, self.request_timeout_ms)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -354,11 +363,24 @@ class Producer:
                 self._producer_id, self._producer_epoch = resp["producer_id"], resp["producer_epoch"]
                 self._next_seq.clear()
                 self._acked_seq.clear()
+                self._hold_stale()
                 log.debug("producer id %d epoch %d", self._producer_id, self._producer_epoch)
             except KafkaError as exc:
                 if not exc.retriable and exc.code not in (ErrorCode.NETWORK_EXCEPTION,):
                     raise
                 await asyncio.sleep(self.net.cache.refresh_backoff_ms / 1000)
+
+    def _hold_stale(self) -> None:
+        """Triggered by a new producer id: hold the partitions that still have batches sequenced under
+        an older one (in flight, or queued to be retried)."""
+        for tp in self._stale:
+            self.acc.release_hold(tp)
+        self._stale = {}
+        for b in [*self._incomplete, *self.acc.queued()]:
+            if b.outcome is None and b.base_seq >= 0 and b.producer_id != self._producer_id:
+                self._stale[b.tp] = self._stale.get(b.tp, 0) + 1
+        for tp in self._stale:
+            self.acc.hold(tp)
 
     def _sequence(self, b: ProducerBatch) -> None:
         """A batch drained for the first time gets its partition's next sequence."""
@@ -870,6 +892,14 @@ class Producer:
         self._incomplete.discard(batch)
         if error is None and batch.base_seq >= 0 and batch.producer_id == self._producer_id:
             self._acked_seq[batch.tp] = (batch.base_seq + batch.count - 1) & 0x7FFFFFFF
+        if self._stale and batch.outcome is None and batch.base_seq >= 0 and batch.producer_id != self._producer_id:
+            left = self._stale.get(batch.tp, 0) - 1
+            if left > 0:
+                self._stale[batch.tp] = left
+            elif batch.tp in self._stale:
+                del self._stale[batch.tp]
+                self.acc.release_hold(batch.tp)
+                self._wakeup()
         if batch.outcome is None:
             batch.outcome = outcome = (base_offset, error, log_append_time)
             if batch.waiter is not None:

@@ -169,6 +169,24 @@ def test_muted_partition_is_neither_ready_nor_drained():
     assert a.ready(10, leader_of).nodes == {1}
 
 
+def test_a_held_partition_sends_its_batches_sequenced_under_the_old_producer_id_and_holds_the_new_ones():
+    """After a new producer id, a partition's new batches wait until those sequenced under the old id are
+    done (Kafka's RecordAccumulator: no draining next to in-flight batches of a stale producer id)."""
+    a = acc(linger_ms=0)
+    old = a.append(A0, None, b"x", (), 1, now_ms=0).batch
+    (taken,) = a.drain(10, {1}, leader_of, 1 << 20)[1]
+    taken.set_producer_state(7, 0, 5)                  # written under producer id 7, sequence 5
+    a.append(A0, None, b"y", (), 1, now_ms=10)           # a new batch, not sequenced yet
+    a.reenqueue(old, now_ms=10)                        # the old one comes back to be retried
+    a.hold(A0)
+    assert not a.sendable_alone(a.open_batches[A0], 200)
+    (retried,) = a.drain(200, {1}, leader_of, 1 << 20)[1]
+    assert retried is old                              # the old batch goes: it has its sequence
+    assert a.ready(300, leader_of).nodes == frozenset() and a.drain(300, {1}, leader_of, 1 << 20) == {}
+    a.release_hold(A0)
+    assert a.ready(300, leader_of).nodes == {1}
+
+
 def test_waiter_factory_gives_each_batch_its_own_waiter():
     made = []
     a = acc(new_waiter=lambda: made.append(object()) or made[-1], batch_size=BATCH_OVERHEAD + 20)

@@ -260,6 +260,15 @@ def test_cli_sim_seed_prints_the_trace_and_a_digest_and_seeds_prints_totals():
     assert many.exit_code == (0 if last == "seeds=2 violations=0" else 1)
 
 
+def test_the_seed_that_found_new_producer_id_batches_overtaking_retried_ones_passes():
+    """Seed 90066: a zombie leader held a partition's batches; one failed OUT_OF_ORDER_SEQUENCE_NUMBER with no
+    earlier batch unacknowledged, so the producer took a new producer id; its next batches (sequence 0 under
+    the new id) reached the new leader before the old id's batches were retried there (REORDERED). The
+    partition's new batches now wait for the old id's (Producer._stale)."""
+    r = run_seed(90066)
+    assert r.ok, r.violations
+
+
 @pytest.mark.timeout(900)
 def test_seeds_with_the_verifiable_producer_keep_every_partition_in_send_order():
     """Kafka's VerifiableProducer settings (retries=0, no idempotence, five requests in flight):

@@ -229,7 +229,7 @@ def reassign_partitions(bootstrap_server: str | None, reassignment_json_file: st
                     click.echo(line)
                 click.echo("")
                 return 0
-            if ongoing and not additional:
+            if not additional and await admin.list_partition_reassignments():     # any, as Kafka's tool checks
                 click.echo("Cannot execute because there is an existing partition assignment.  Use --additional "
                            "to override this and create a new partition assignment in addition to the existing "
                            "one.", err=True)

@@ -110,3 +110,19 @@ async def test_long_poll_wakes_on_new_durable_record_and_times_out_without_one(t
     await asyncio.wait_for(waiter, 5)
     assert m.read(0, 10)[0]["offset"] == 0
     await m.close()
+
+
+async def test_a_partition_being_reassigned_comes_back_with_its_adding_and_removing_replicas(tmp_path):
+    """C10's fields survive the metadata log (a controller restart mid-move); a partition not being moved is
+    written without them, as before they existed."""
+    moving = PartitionRecord("t", 0, (3, 2, 1), (1, 2), 1, 4, 7, adding_replicas=(3,), removing_replicas=(1,))
+    still = PartitionRecord("t", 1, (1, 2), (1, 2), 1, 0, 0)
+    assert "adding_replicas" not in to_wire(still, 1) and to_wire(moving, 0)["adding_replicas"] == [3]
+    m = MetadataLog(str(tmp_path))
+    m.load()
+    m.start()
+    m.append([(0, moving), (1, still)])
+    await m.wait_durable(1)
+    await m.close()
+    loaded = MetadataLog(str(tmp_path)).load().records
+    assert loaded == [(0, moving), (1, still)] and loaded[0][1].reassigning and not loaded[1][1].reassigning

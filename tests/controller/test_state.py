@@ -625,6 +625,29 @@ def test_replaying_every_record_rebuilds_the_same_image():
     assert fresh.next_offset == h.state.next_offset
 
 
+def test_a_controller_restarted_mid_reassignment_completes_it_from_the_replayed_records():
+    """C10: the move's adding/removing replicas are in the records, so a controller that replays them (a
+    restart, or a snapshot) lists the move and completes it when the new replica joins the ISR."""
+    h = Harness()
+    h.start(1, 2, 3, 4)
+    h.create("t", [[1, 2, 3]])
+    h._keep(h.state.alter_partition_reassignments(h.now, [{"topic": "t", "partitions": [
+        {"partition": 0, "replicas": [2, 3, 4]}]}]))
+    fresh = ControllerState(h.state.settings)
+    for off, rec in h.state.image():
+        fresh.replay(off, rec)
+    fresh.finish_replay(h.now)
+    assert fresh.image() == h.state.image()
+    assert fresh.list_partition_reassignments(None)["topics"] == [{"topic": "t", "partitions": [
+        {"partition": 0, "replicas": [2, 3, 4, 1], "adding_replicas": [4], "removing_replicas": [1]}]}]
+    h.state = fresh
+    h.beat_all()
+    res = h.alter(1, [1, 2, 3, 4])
+    assert res["error"] == int(ErrorCode.NEW_LEADER_ELECTED)
+    part = h.p()
+    assert (part.replicas, part.isr, part.leader, part.reassigning) == ((2, 3, 4), (2, 3, 4), 2, False)
+
+
 def test_snapshot_image_lists_brokers_then_topics_with_partitions():
     h = _ap_cluster()
     kinds = [type(r).__name__ for _, r in h.state.image()]

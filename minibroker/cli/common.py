@@ -103,6 +103,14 @@ def run_async(coro: Awaitable[T]) -> T:
         return asyncio.run(coro)  # type: ignore[arg-type]
 
 
+def parse_ids(text: str, option: str) -> list[int]:
+    """A comma-separated broker id list (`--broker-list 1,2,3`); ValueError names the option."""
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{option} {text!r}: expected broker ids such as 1,2,3") from None
+
+
 def fail(message: str, code: int = 1) -> None:
     click.echo(message, err=True)
     sys.exit(code)

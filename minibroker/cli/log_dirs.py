@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from minibroker.cli.common import bootstrap_option, fail, handle_errors, reachable_bootstrap, run_async
+from minibroker.cli.common import bootstrap_option, fail, handle_errors, parse_ids, reachable_bootstrap, run_async
 from minibroker.client.admin import Admin, LogDirDescription
 from minibroker.errors import error_name
 
@@ -26,14 +26,6 @@ def log_dirs_json(described: dict[int, list[LogDirDescription]], topics: set[str
         for b, dirs in described.items()]}, separators=(",", ":"))
 
 
-def _ids(text: str, what: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        fail(f"Error: {what} {text!r}: expected broker ids such as 1,2,3")
-        raise AssertionError("unreachable") from None
-
-
 @click.command(name="log-dirs")
 @bootstrap_option
 @click.option("--describe", is_flag=True, help="Describe the brokers' log directories (the only action).")
@@ -44,7 +36,10 @@ def log_dirs(bootstrap_server: str | None, describe: bool, broker_list: str | No
     """Each broker's log directory and the size of every replica in it, as kafka-log-dirs --describe."""
     if not describe:
         fail("Command must include exactly one action: --describe")
-    wanted = _ids(broker_list, "--broker-list") if broker_list else None
+    try:
+        wanted = parse_ids(broker_list, "--broker-list") if broker_list else None
+    except ValueError as exc:
+        fail(f"Error: {exc}")
     topics = [t for t in topic_list.split(",") if t] if topic_list else None
     bootstrap = reachable_bootstrap(bootstrap_server)
 

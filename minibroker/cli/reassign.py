@@ -13,7 +13,8 @@ import sys
 
 import click
 
-from minibroker.cli.common import bootstrap_option, fail, handle_errors, parse_file, reachable_bootstrap, run_async
+from minibroker.cli.common import (bootstrap_option, fail, handle_errors, parse_file, parse_ids, reachable_bootstrap,
+                                   run_async)
 from minibroker.cli.format import java_exception
 from minibroker.client.admin import Admin
 from minibroker.client.types import TopicPartition
@@ -76,10 +77,7 @@ def topics_from_json(text: str) -> list[str]:
 
 
 def parse_broker_list(text: str) -> list[int]:
-    try:
-        ids = [int(b) for b in text.split(",")]
-    except ValueError:
-        raise ValueError(f"--broker-list {text!r}: expected broker ids such as 1,2,3") from None
+    ids = parse_ids(text, "--broker-list")
     dups = sorted({b for b in ids if ids.count(b) > 1})
     if dups:
         raise ValueError(f"Duplicate broker IDs in --broker-list: {','.join(map(str, dups))}")

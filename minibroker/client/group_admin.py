@@ -131,7 +131,8 @@ class GroupAdmin:
 
     async def partitions(self, topic: str) -> list[int]:
         """The topic's partition ids (KafkaError UNKNOWN_TOPIC_OR_PARTITION for a topic that does not exist)."""
-        return sorted((await self.admin.topic_offsets(topic)).keys())
+        (td,) = await self.admin.describe_topics([topic])
+        return sorted(pd.partition for pd in td.partitions)
 
     async def commit(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
         """A simple commit (generation -1, no member): refused unless the group is Empty."""

@@ -613,8 +613,8 @@ class KafkaApis:
     async def _offset_delete(self, conn: KafkaConnection, req: _Request) -> dict:
         """KIP-496 (kafka-consumer-groups --delete-offsets, the admin clients' deleteConsumerGroupOffsets)."""
         r = req.body
-        topics = [{"topic": t.name, "partitions": [p.partition_index for p in t.partitions]} for t in r.topics]
-        self._check_size(sum(len(t["partitions"]) for t in topics))
+        topics = self._sized([{"topic": t.name, "partitions": [p.partition_index for p in t.partitions]}
+                              for t in r.topics])
         try:
             a = await self._group_call(conn, req, ApiKey.OFFSET_DELETE, {"group_id": r.group_id, "topics": topics})
         except KafkaError as exc:
@@ -817,10 +817,9 @@ class KafkaApis:
         """KIP-455 (kafka-reassign-partitions, the admin clients' alterPartitionReassignments); v1's
         allow_replication_factor_change (KIP-860) is checked by the controller."""
         r = req.body
-        topics = [{"topic": t.name, "partitions": [
+        topics = self._sized([{"topic": t.name, "partitions": [
             {"partition": p.partition_index, "replicas": None if p.replicas is None else list(p.replicas)}
-            for p in t.partitions]} for t in r.topics]
-        self._check_size(sum(len(t["partitions"]) for t in topics))
+            for p in t.partitions]} for t in r.topics])
         allow = bool(r.allow_replication_factor_change) if req.version >= 1 else True
         out = {"throttle_time_ms": 0, "allow_replication_factor_change": allow}
         try:

@@ -77,6 +77,11 @@ DEFAULTS: dict[str, str] = {
     "replica.fetch.backoff.ms": "1000",
     "replica.socket.timeout.ms": "30000",
     "replica.selector.class": "",
+    # replication throttles (KIP-73, docs/rules.md RQ2): the rates are dynamic broker configs
+    "leader.replication.throttled.rate": "9223372036854775807",
+    "follower.replication.throttled.rate": "9223372036854775807",
+    "replication.quota.window.num": "11",
+    "replication.quota.window.size.seconds": "1",
     "min.insync.replicas": "1",
     "unclean.leader.election.enable": "false",
     "default.replication.factor": "1",
@@ -124,6 +129,12 @@ TOPIC_CONFIGS: dict[str, str] = {
     "message.timestamp.type": "log.message.timestamp.type",
     "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
     "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
+}
+
+# Topic-level configs with no broker default, and their default (RQ1: the throttled replicas).
+TOPIC_ONLY_CONFIGS: dict[str, str] = {
+    "leader.replication.throttled.replicas": "",
+    "follower.replication.throttled.replicas": "",
 }
 
 ENV_PREFIX = "MINIBROKER_"
@@ -254,4 +265,6 @@ def topic_config(topic_configs: Mapping[str, str], broker: Config, key: str) -> 
     """A topic's effective value of `key`: its own override, else the broker default."""
     if key in topic_configs:
         return topic_configs[key]
+    if key in TOPIC_ONLY_CONFIGS:
+        return TOPIC_ONLY_CONFIGS[key]
     return broker.get(TOPIC_CONFIGS.get(key, key))

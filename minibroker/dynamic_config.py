@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from minibroker.config import DEFAULTS, TOPIC_CONFIGS
+from minibroker.config import DEFAULTS, TOPIC_CONFIGS, TOPIC_ONLY_CONFIGS
 
 
 class ConfigSource(enum.IntEnum):
@@ -53,6 +53,8 @@ DYNAMIC_BROKER_CONFIGS: dict[str, str] = {
     "min.insync.replicas": "int>=1",
     "producer.id.expiration.ms": "int>=1",
     "unclean.leader.election.enable": "bool",
+    "leader.replication.throttled.rate": "long>=0",
+    "follower.replication.throttled.rate": "long>=0",
     **dict.fromkeys(sorted(LOG_CONFIG_SYNONYMS), "log"),
 }
 
@@ -94,11 +96,14 @@ def topic_entries(topic_configs: Mapping[str, str], broker_dynamic: Mapping[str,
                   default_dynamic: Mapping[str, str], static: Mapping[str, str]) -> list[ConfigEntry]:
     """Every topic config minibroker knows, by name, with its effective value and synonyms."""
     out = []
-    for name in sorted(TOPIC_CONFIGS):
+    for name in sorted({*TOPIC_CONFIGS, *TOPIC_ONLY_CONFIGS}):
         syn: list[tuple[ConfigSource, str, str]] = []
         if name in topic_configs:
             syn.append((ConfigSource.DYNAMIC_TOPIC_CONFIG, name, topic_configs[name]))
-        syn += _broker_synonyms(TOPIC_CONFIGS[name], broker_dynamic, default_dynamic, static)
+        if name in TOPIC_ONLY_CONFIGS:
+            syn.append((ConfigSource.DEFAULT_CONFIG, name, TOPIC_ONLY_CONFIGS[name]))
+        else:
+            syn += _broker_synonyms(TOPIC_CONFIGS[name], broker_dynamic, default_dynamic, static)
         if syn:
             out.append(_entry(name, syn))
     return out
@@ -146,6 +151,16 @@ def broker_config_error(configs: Mapping[str, str | None],
             continue
         if kind == "bool" and v.strip().lower() not in ("true", "false"):
             return f"Invalid value {v} for configuration {k}: Expected value to be either true or false"
+        if kind == "long>=0":
+            try:
+                n = int(v.strip())
+            except ValueError:
+                return f"Invalid value {v} for configuration {k}: Not a number of type LONG"
+            if n >= 1 << 63:
+                return f"Invalid value {v} for configuration {k}: Not a number of type LONG"
+            if n < 0:
+                return f"Invalid value {v} for configuration {k}: Value must be at least 0"
+            continue
         if kind == "int>=1":
             try:
                 n = int(v.strip())

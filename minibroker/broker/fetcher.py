@@ -46,6 +46,7 @@ from minibroker.protocol.api import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ApiKey
 from minibroker.replication.follower_core import (Action, Append, FetchAnswer, ListLeaderOffset, LogView,
                                                   PartitionFollower, Truncate, TruncateFullyAndStartAt,
                                                   UpdateHighWatermark)
+from minibroker.replication.throttle import ReplicationQuota
 from minibroker.storage import UnexpectedAppendOffset
 
 log = logging.getLogger("minibroker.broker.fetcher")
@@ -129,6 +130,12 @@ class FetchState:
         return self.core.leader_epoch
 
     @property
+    def in_sync(self) -> bool:
+        """RQ5: caught up with the leader's HW of its last answer (Kafka's `isReplicaInSync`: no lag)."""
+        hw = self.core.leader_hw
+        return hw >= 0 and self.partition.log.log_end_offset >= hw
+
+    @property
     def failed(self) -> bool:
         return self.core.failed
 
@@ -165,8 +172,11 @@ class ReplicaFetcher:
 
     def __init__(self, leader_id: int, *, settings: FetcherSettings, peers: Any,
                  broker_epoch: Callable[[], int], hooks: FetcherHooks, sink: EventSink,
-                 clock: Callable[[], int]) -> None:
+                 clock: Callable[[], int], quota: ReplicationQuota | None = None) -> None:
         self.leader_id = leader_id
+        self.quota = quota if quota is not None else ReplicationQuota()      # RQ5: shared by every fetcher
+        # Invariant: the partitions the last `_ready` left out as throttled (RQ5).
+        self._throttled: set[PartitionKey] = set()
         self.settings = settings
         self.peers = peers
         # The open connection to a peer without a coroutine (None: ask `peers.get`), when the peers offer it.
@@ -221,6 +231,15 @@ class ReplicaFetcher:
         if self._task is None:
             self._task = asyncio.ensure_future(self._run())
         return st
+
+    @property
+    def throttled(self) -> set[PartitionKey]:
+        """The partitions the last `_ready` left out, throttled (RQ5)."""
+        return self._throttled
+
+    def wake(self) -> None:
+        """An idle loop looks at its partitions again (RQ5: the throttles changed)."""
+        self._wake.set()
 
     def remove(self, key: PartitionKey) -> None:
         self._states.pop(key, None)
@@ -382,13 +401,35 @@ class ReplicaFetcher:
         if held:
             for key in [k for k, st in held.items() if st.core.is_ready(now)]:
                 del held[key]
-        if not held:
-            return self._all
-        return [st for st in self._all if st.partition.key not in held]
+        ready = self._all if not held else [st for st in self._all if st.partition.key not in held]
+        if self.quota.active or self._throttled:
+            return self._unthrottled(ready, now)
+        return ready
+
+    def _unthrottled(self, ready: list[FetchState], now: int) -> list[FetchState]:
+        """RQ5: `ready` without the partitions throttled here that are not in sync, while the follower
+        quota is exceeded (the same list when it leaves none out)."""
+        throttled = self._throttled
+        throttled.clear()
+        quota = self.quota
+        if quota.active:
+            for st in ready:
+                part = st.partition
+                if quota.maybe_throttle(part.topic, part.index, st.in_sync, now):
+                    throttled.add(part.key)
+        if not throttled:
+            return ready
+        return [st for st in ready if st.partition.key not in throttled]
 
     async def _idle(self, now: int) -> None:
+        """Nothing to fetch: wait for a partition's back-off to end, or, with partitions throttled
+        (RQ5), replica.fetch.backoff.ms; or for `_wake` (a partition added, the throttles changed)."""
         self._wake.clear()
-        pending = [st.core.delayed_until_ms for st in self._states.values() if not st.failed]
+        throttled = self._throttled
+        pending = [st.core.delayed_until_ms for key, st in self._states.items()
+                   if not st.failed and key not in throttled]
+        if throttled:
+            pending.append(now + self.settings.backoff_ms)
         timeout = max(0, min(pending) - now) / 1000 if pending else None
         await wait_event(self._wake, timeout)      # not wait_for: on 3.11 it can swallow the stop's cancel
 
@@ -504,6 +545,7 @@ class ReplicaFetcher:
         answered: set[PartitionKey] = set()
         recheck = self._recheck if self._recheck is not None else set()
         dirty, states = self._dirty, self._states
+        quota = self.quota if self.quota.active else None
         for t in resp.get("topics", ()):
             topic = t["topic"]
             for e in t["partitions"]:
@@ -533,6 +575,8 @@ class ReplicaFetcher:
                             appended.append(part)
                             if core.stuck is not None:      # else on_appended does nothing
                                 core.on_appended(written, now)
+                            if quota is not None and quota.is_throttled(topic, part.index):     # RQ3
+                                quota.record(written, now)
                     elif isinstance(action, UpdateHighWatermark):
                         old_hw = part.update_follower_hw(action.leader_hw, action.leader_log_start, now)
                         progress.append((st, old_hw, written))
@@ -655,17 +699,30 @@ class FetcherManager:
     """
 
     def __init__(self, *, settings: FetcherSettings, peers: Any, broker_epoch: Callable[[], int],
-                 hooks: FetcherHooks, sink: EventSink, clock: Callable[[], int]) -> None:
+                 hooks: FetcherHooks, sink: EventSink, clock: Callable[[], int],
+                 quota: ReplicationQuota | None = None) -> None:
         self.settings = settings
         self.peers = peers
+        self.quota = quota if quota is not None else ReplicationQuota()
         # Each new fetcher shares these; the manager itself only routes partitions to fetchers.
         self._new_fetcher = functools.partial(ReplicaFetcher, settings=settings, peers=peers,
-                                              broker_epoch=broker_epoch, hooks=hooks, sink=sink, clock=clock)
+                                              broker_epoch=broker_epoch, hooks=hooks, sink=sink, clock=clock,
+                                              quota=self.quota)
         self._fetchers: dict[int, ReplicaFetcher] = {}
         self._leader_of: dict[PartitionKey, int] = {}
 
     def fetchers(self) -> dict[int, ReplicaFetcher]:
         return dict(self._fetchers)
+
+    def is_throttled(self, key: PartitionKey) -> bool:
+        """RQ5: whether the last Fetch for `key` left it out, throttled."""
+        leader = self._leader_of.get(key)
+        return leader is not None and key in self._fetchers[leader].throttled
+
+    def wake_all(self) -> None:
+        """Triggered when the throttles changed (RQ5): every idle fetcher looks at its partitions again."""
+        for f in self._fetchers.values():
+            f.wake()
 
     def state(self, key: PartitionKey) -> FetchState | None:
         leader = self._leader_of.get(key)

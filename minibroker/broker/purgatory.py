@@ -109,7 +109,7 @@ class DelayedFetch:
     shutdown).
     """
 
-    __slots__ = ("needed", "accumulated", "follower", "keys", "changed", "done", "on_complete")
+    __slots__ = ("needed", "accumulated", "follower", "keys", "changed", "done", "on_complete", "throttled")
 
     def __init__(self, keys: list[PartitionKey], needed: int, follower: bool,
                  on_complete: Callable[[], None]) -> None:
@@ -122,11 +122,19 @@ class DelayedFetch:
         # Invariant: the watched keys notified (append, HW move, state change) since `watch`;
         # None once unknown (shutdown).
         self.changed: set[PartitionKey] | None = set()
+        # Invariant: the watched keys whose appends add no bytes (RQ4: read throttled), or None.
+        self.throttled: frozenset[PartitionKey] | None = None
 
     @property
     def active(self) -> bool:
         """Parked, not completed yet (a completed one may wait for `close` a little)."""
         return not self.done
+
+    def add_appended(self, key: PartitionKey, n: int | None) -> None:
+        """Triggered by an append to watched `key` (a follower's fetch): its bytes count unless throttled."""
+        throttled = self.throttled
+        if throttled is None or key not in throttled:
+            self.add_bytes(n)
 
     def add_bytes(self, n: int | None) -> None:
         """`n` more bytes became readable (None: unknown, assume enough)."""
@@ -173,6 +181,10 @@ class StandingWatch:
     def add_bytes(self, n: int | None) -> None:
         if self.op is not None:
             self.op.add_bytes(n)
+
+    def add_appended(self, key: PartitionKey, n: int | None) -> None:
+        if self.op is not None:
+            self.op.add_appended(key, n)
 
     def complete(self) -> None:
         if self.op is not None:
@@ -270,7 +282,7 @@ class FetchPurgatory:
                 if changed is not None:
                     changed.add(key)
                 if op.follower:
-                    op.add_bytes(nbytes)
+                    op.add_appended(key, nbytes)
 
     def on_hw_move(self, key: PartitionKey, nbytes: int | None) -> None:
         """The HW of `key` rose, making `nbytes` more readable for consumers."""

@@ -45,6 +45,8 @@ from minibroker.net.server import RequestContext
 from minibroker.protocol.api import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 from minibroker.replication import Decision, PartitionLeader, profile_by_name
 from minibroker.replication.read_replica import BrokerView, isr_eligibility, select_read_replica
+from minibroker.replication.throttle import (FOLLOWER_RATE, FOLLOWER_REPLICAS, LEADER_RATE, LEADER_REPLICAS,
+                                             UNLIMITED, ReplicationQuota, parse_rate, throttled_lists)
 from minibroker.storage import LogConfig
 from minibroker.storage.log_config import PROPERTY_NAMES
 from minibroker.storage.producer_snapshot import delete_snapshot, write_snapshot
@@ -184,7 +186,7 @@ class _FetchCall:
 
     __slots__ = ("body", "replica_id", "reply", "requests", "session", "full", "stamps", "results", "total",
                  "respond_now", "skipped", "moved", "changes_before", "op", "standing", "later", "during_read",
-                 "now", "room", "budget", "changed")
+                 "now", "room", "budget", "changed", "throttled")
 
     def __init__(self, body: dict, replica_id: int) -> None:
         self.body = body
@@ -208,6 +210,7 @@ class _FetchCall:
         self.room = 0
         self.budget = 0
         self.changed: set[Any] | None = None
+        self.throttled: set[PartitionKey] | None = None     # RQ4: partitions read without records, throttled
 
 
 _NO_REPLY = Reply.of(None)
@@ -253,8 +256,14 @@ class ReplicaManager:
         # and its standing watch, registered on that session's partitions of that generation.
         self._standing: dict[int, tuple[FetchSession, int, StandingWatch]] = {}
         self.fetch_sessions = FetchSessionCache(first_id=self.clock())     # ids differ across restarts
+        windows = config.get_int("replication.quota.window.num")
+        window_ms = 1000 * config.get_int("replication.quota.window.size.seconds")
+        # RQ1-RQ5: the replication throttles, from the metadata's configs (`_update_throttles`).
+        self.leader_quota = ReplicationQuota(windows=windows, window_ms=window_ms)
+        self.follower_quota = ReplicationQuota(windows=windows, window_ms=window_ms)
         self.fetchers = FetcherManager(settings=FetcherSettings.from_config(config, node_id), peers=peers,
-                                       broker_epoch=broker_epoch, hooks=self, sink=events, clock=clock)
+                                       broker_epoch=broker_epoch, hooks=self, sink=events, clock=clock,
+                                       quota=self.follower_quota)
         self._partitions: dict[PartitionKey, Partition] = {}
         self._log_configs: dict[tuple, LogConfig] = {}
         self.max_frame_bytes = config.get_int("socket.request.max.bytes")
@@ -291,6 +300,7 @@ class ReplicaManager:
         ]
         if self.log_manager is not None:
             self._timers.append(asyncio.ensure_future(self._empty_trash()))
+        self._update_throttles()
 
     async def shutdown(self) -> None:
         """Stop fetchers and timers, answer every parked request, checkpoint
@@ -407,6 +417,7 @@ class ReplicaManager:
         if base != self._base_log_config:
             self._base_log_config = base
             self._log_configs.clear()
+        self._update_throttles()
         for part in self._partitions.values():
             cfg = self._log_config(part.topic)
             if cfg != part.log.config:
@@ -414,6 +425,18 @@ class ReplicaManager:
             core = part.core
             if core is not None:
                 self._apply(part, core.on_min_isr_changed(self._min_isr(part.topic), now_ms), now_ms)
+
+    def _update_throttles(self) -> None:
+        """RQ1-RQ2: the throttled replicas (topic configs) and rates (dynamic broker configs) as the
+        metadata holds them now; an idle fetcher looks again at once."""
+        dynamic = self.image.broker_configs
+        overrides = {**dynamic.get(CLUSTER_DEFAULT, {}), **dynamic.get(self.node_id, {})}
+        configs = [(name, t.configs) for name, t in sorted(self.image.topics.items())]
+        for quota, rate, replicas in ((self.leader_quota, LEADER_RATE, LEADER_REPLICAS),
+                                      (self.follower_quota, FOLLOWER_RATE, FOLLOWER_REPLICAS)):
+            quota.bound = parse_rate(overrides.get(rate, self.config.get(rate, str(UNLIMITED))))
+            quota.set_throttled(throttled_lists(configs, replicas), self.node_id)
+        self.fetchers.wake_all()
 
     def on_partitions_removed(self, partitions: list[PartitionRecord], now_ms: int) -> None:
         """Triggered when metadata removed a topic: stop and delete its replicas."""
@@ -1233,6 +1256,8 @@ class ReplicaManager:
             op = DelayedFetch(list(session.partitions) if call.skipped and session is not None
                               else [(t, p["partition"]) for t, p in call.requests],
                               needed, follower=call.replica_id >= 0, on_complete=woken)
+        if call.throttled:
+            op.throttled = frozenset(call.throttled)               # RQ4: their appends do not complete it
         call.op, call.standing = op, standing
         self.purgatory.watch(op, standing)
         # What moved while they were read (None: more than the change log holds, or unknown); what
@@ -1339,7 +1364,17 @@ class ReplicaManager:
         session = call.session
         if session is not None and call.stamps is not None:
             self._remember_quiet(session, call.requests, call.results, call.stamps, call.changes_before)
+        if self.leader_quota.active and call.replica_id >= 0 and call.total:
+            self._record_throttled(call)
         call.reply.complete(self._fetch_response(call.requests, call.results, session, call.full))
+
+    def _record_throttled(self, call: _FetchCall) -> None:
+        """RQ3: the record bytes a follower Fetch carries of the partitions throttled on this leader."""
+        quota = self.leader_quota
+        n = sum(len(r.records) for (topic, p), r in zip(call.requests, call.results, strict=True)
+                if r.records and quota.is_throttled(topic, p["partition"]))
+        if n:
+            quota.record(n, self.clock())
 
     def _standing_watch(self, session: FetchSession) -> StandingWatch:
         """The follower's standing watch, registered on its session's partitions as they are now
@@ -1463,6 +1498,12 @@ class ReplicaManager:
                 self._apply(part, d, now, local_isr_change=True)
                 if self._low_watermark_waits:
                     self._maybe_complete_delete_records(part)
+            quota = self.leader_quota
+            if quota.active and quota.maybe_throttle(key[0], key[1], replica_id in core.isr, now):   # RQ4
+                if call.throttled is None:
+                    call.throttled = set()
+                call.throttled.add(key)
+                return ReadResult(ErrorCode.NONE, hw, log_start)
             limit = part.log.log_end_offset
         else:
             rack = body["rack_id"]
@@ -1739,12 +1780,14 @@ class ReplicaManager:
                     "replicas": [{"broker_id": r, "leo": part.leo if r == self.node_id else -1,
                                   "last_caught_up_ms_ago": None, "last_fetch_ms_ago": None,
                                   "in_isr": r in part.isr, "caught_up": None} for r in part.replicas],
-                    "fetch_state": None if st is None else st.core.status(now),
+                    "fetch_state": None if st is None else {**st.core.status(now),
+                                                            "throttled": self.fetchers.is_throttled(key)},
                 })
             out.append(entry)
         return {"node_id": self.node_id, "partitions": out,
                 "fetch_sessions": self.fetch_sessions.status(),
-                "fetchers": [f.status() for _, f in sorted(self.fetchers.fetchers().items())]}
+                "fetchers": [f.status() for _, f in sorted(self.fetchers.fetchers().items())],
+                "throttles": {"leader": self.leader_quota.status(now), "follower": self.follower_quota.status(now)}}
 
     def _replica_view(self, core: PartitionLeader, r: int, now: int, part: Partition) -> dict:
         if r == self.node_id:

@@ -43,9 +43,11 @@ def row(v: PartitionView) -> tuple[str, ...]:
         f"{r.broker_id}:{'?' if r.leo is None else r.leo}/{'?' if r.lag is None else r.lag}"
         f"{'' if r.in_isr else '*'}{'!' if r.stuck else ''}" for r in v.replicas)
     moving = ""
-    if v.adding or v.removing:
-        moving = "  (reassigning: " + "; ".join(
-            f"{what} {_ids(ids)}" for what, ids in (("adding", v.adding), ("removing", v.removing)) if ids) + ")"
+    throttled = tuple(r.broker_id for r in v.replicas if r.throttled)
+    if v.adding or v.removing or throttled:
+        moving = "  (" + ("reassigning: " if v.adding or v.removing else "") + "; ".join(
+            f"{what} {_ids(ids)}" for what, ids in (("adding", v.adding), ("removing", v.removing),
+                                                     ("throttled", throttled)) if ids) + ")"
     return (v.name, "none" if v.leader is None else str(v.leader), str(v.leader_epoch), _ids(v.isr), _ids(v.elr),
             "?" if v.hw is None else str(v.hw), reps + moving + (f"  ({v.note})" if v.note else ""))
 

@@ -43,7 +43,8 @@ def frame_document(frame: Frame, lines: list[EventLine], all_events: bool, contr
                         "isr": list(v.isr), "elr": None if v.elr is None else list(v.elr), "hw": v.hw,
                         "log_start": v.log_start, "note": v.note,
                         "replicas": [{"id": r.broker_id, "leo": r.leo, "lag": r.lag, "in_isr": r.in_isr,
-                                      "caught_up": r.caught_up, "stuck": r.stuck} for r in v.replicas]}
+                                      "caught_up": r.caught_up, "stuck": r.stuck,
+                                      "throttled": r.throttled} for r in v.replicas]}
                        for v in frame.views],
         "events": [dict(line.event, source=line.source) for line in shown(lines, all_events)[-MAX_EVENTS:]],
     }

@@ -34,6 +34,7 @@ class ReplicaView:
     caught_up: bool | None = None
     last_caught_up_ms_ago: int | None = None
     stuck: str | None = None        # the follower's own fetch state: why its fetches make no progress
+    throttled: bool = False         # the follower's own fetch state: its last Fetch left it out (RQ5)
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ def join(topics: list[TopicDescription], statuses: dict[int, dict[str, Any]]) ->
                     own = by_broker.get(b, {}).get(key)
                     replicas.append(ReplicaView(b, None if own is None else own.get("leo"), None, b in pd.isr))
                 hw = ls = None
-            replicas = [_with_stuck(r, by_broker.get(r.broker_id, {}).get(key)) for r in replicas]
+            replicas = [_with_own_state(r, by_broker.get(r.broker_id, {}).get(key)) for r in replicas]
             stuck = [f"{r.broker_id} stuck: {r.stuck}" for r in replicas if r.stuck]
             note = "; ".join([*([note] if note else []), *stuck])
             moving = lead if lead is not None and lead.get("role") == "leader" else {}
@@ -105,11 +106,15 @@ def join(topics: list[TopicDescription], statuses: dict[int, dict[str, Any]]) ->
     return out
 
 
-def _with_stuck(r: ReplicaView, own: dict[str, Any] | None) -> ReplicaView:
-    """The replica's own ReplicaStatus says whether its follower fetches are stuck (follower_stuck)."""
+def _with_own_state(r: ReplicaView, own: dict[str, Any] | None) -> ReplicaView:
+    """The replica's own ReplicaStatus says whether its follower fetches are stuck (follower_stuck)
+    or held back by its replication throttle (RQ5)."""
     fs = (own or {}).get("fetch_state") or {}
     reason = fs.get("stuck_reason") if fs.get("stuck") else None
-    return r if not reason else dataclasses.replace(r, stuck=str(reason))
+    throttled = bool(fs.get("throttled"))
+    if not reason and not throttled:
+        return r
+    return dataclasses.replace(r, stuck=str(reason) if reason else None, throttled=throttled)
 
 
 @dataclass

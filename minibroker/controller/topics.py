@@ -14,8 +14,9 @@ import re
 from collections.abc import Iterator, Mapping
 
 from minibroker.codec import TOPIC_COMPRESSION_TYPES
-from minibroker.config import TIMESTAMP_TYPES, TOPIC_CONFIGS
+from minibroker.config import TIMESTAMP_TYPES, TOPIC_CONFIGS, TOPIC_ONLY_CONFIGS
 from minibroker.metadata import PartitionRecord, RemoveTopicRecord, TopicRecord
+from minibroker.replication.throttle import throttled_replicas_error
 
 MAX_NAME_LENGTH = 249
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -65,6 +66,11 @@ def topic_config_error(configs: Mapping[str, str], max_message_bytes_limit: int 
     """Why these topic configs are unacceptable (unknown name, wrong type, out of range), or None.
     max.message.bytes above `max_message_bytes_limit` is refused: no follower could fetch such a batch."""
     for key, raw in configs.items():
+        if key in TOPIC_ONLY_CONFIGS:
+            err = throttled_replicas_error(key, raw)
+            if err is not None:
+                return err
+            continue
         if key not in TOPIC_CONFIGS:
             return f"Unknown topic config name: {key}"
         kind, minimum = CONFIG_TYPES.get(key, ("string", None))

@@ -122,9 +122,27 @@ def broker_families(status: Mapping[str, Any], min_isr: Callable[[str], int],
         _scalar("kafka_server_replicamanager_isrexpands", "counter",
                 "ISR expansions applied by this broker as leader (its AlterPartition or the controller's change)",
                 counts.isr_expands),
+        *_throttle_families(status.get("throttles") or {}),
         ur, umi, ami, isr_count, rep_count, leo, lso, hw, epoch, lag, caught, fetch_lag,
         events_family(counts),
     ]
+
+
+def _throttle_families(throttles: Mapping[str, Any]) -> list[Family]:
+    """Kafka's LeaderReplication / FollowerReplication byte-rate (RQ3: the throttled partitions' bytes)
+    and the bound each is held to (no sample without one)."""
+    out = []
+    for side, title in (("leader", "Leader"), ("follower", "Follower")):
+        q = throttles.get(side) or {}
+        out.append(_scalar(f"kafka_server_{side}replication_byte_rate", "gauge",
+                           f"{title}-side bytes/s of the partitions throttled on this broker "
+                           f"({side}.replication.throttled.replicas)", q.get("byte_rate", 0.0)))
+        bound = Family(f"minibroker_{side}_replication_throttled_rate", "gauge",
+                       f"{side}.replication.throttled.rate in force on this broker, bytes/s (absent: none)")
+        if q.get("bound") is not None:
+            bound.add(q["bound"])
+        out.append(bound)
+    return out
 
 
 def controller_families(partitions: Iterable[PartitionRecord], brokers: Iterable[BrokerRecord],

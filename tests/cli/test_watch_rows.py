@@ -49,3 +49,11 @@ def test_a_reassigning_partition_says_what_it_adds_and_removes_and_its_new_repli
     assert row(moving)[-1] == "1:5/0  2:5/0  3:5/5*  (reassigning: adding 3; removing 1)"
     assert not unhealthy(moving)
     assert unhealthy(dataclasses.replace(moving, adding=(), removing=()))
+
+
+def test_a_replica_held_back_by_its_replication_throttle_says_so():
+    reps = (ReplicaView(1, 9, 0, True), ReplicaView(2, 9, 0, True), ReplicaView(3, 4, 5, False, throttled=True))
+    moving = PartitionView("t", 0, 1, 0, (1, 2), None, 9, 0, reps, "", adding=(3,), removing=(1,))
+    assert row(moving)[-1] == "1:9/0  2:9/0  3:4/5*  (reassigning: adding 3; removing 1; throttled 3)"
+    still = PartitionView("t", 0, 1, 0, (1, 2), None, 9, 0, reps, "")
+    assert row(still)[-1] == "1:9/0  2:9/0  3:4/5*  (throttled 3)"

@@ -59,6 +59,18 @@ DYNAMIC_BROKER_CONFIGS: dict[str, str] = {
 }
 
 
+# The LIST-typed configs, whose values IncrementalAlterConfigs may APPEND to and SUBTRACT from.
+LIST_CONFIGS = frozenset({"cleanup.policy", "log.cleanup.policy", "leader.replication.throttled.replicas",
+                          "follower.replication.throttled.replicas"})
+
+
+def topic_default(name: str) -> str:
+    """A topic config's value without an override (its broker default's built-in value)."""
+    if name in TOPIC_ONLY_CONFIGS:
+        return TOPIC_ONLY_CONFIGS[name]
+    return DEFAULTS.get(TOPIC_CONFIGS.get(name, name), "")
+
+
 @dataclass(frozen=True)
 class ConfigEntry:
     """Invariant: `synonyms[0]` is (source, name, value) of the effective value."""

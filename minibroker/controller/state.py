@@ -37,7 +37,8 @@ from minibroker.controller.settings import ControllerSettings
 from minibroker.controller.topics import TopicTable, topic_config_error, topic_name_error
 from minibroker.errors import ErrorCode
 from minibroker.events import Event
-from minibroker.dynamic_config import ResourceType, broker_config_error
+from minibroker.config import DEFAULTS
+from minibroker.dynamic_config import LIST_CONFIGS, ResourceType, broker_config_error, topic_default
 from minibroker.metadata import (CLUSTER_DEFAULT, NO_LEADER, RECOVERED, RECOVERING, BrokerConfigRecord, BrokerRecord,
                                  Endpoint, MetadataRecord, PartitionRecord, RemoveTopicRecord, TopicRecord)
 
@@ -895,17 +896,22 @@ class ControllerState:
     def _alter_resource(self, r: dict[str, Any], validate_only: bool) -> tuple[ErrorCode, str]:
         rtype, name = r["resource_type"], r["resource_name"]
         ops = r["configs"]
-        if any(op["op"] not in (0, 1) for op in ops):
-            return ErrorCode.INVALID_REQUEST, "only SET (0) and DELETE (1) apply to these configs"
-        if any(op["op"] == 0 and op.get("value") is None for op in ops):
-            return ErrorCode.INVALID_REQUEST, "SET needs a value"
+        if any(op["op"] not in _OPS for op in ops):
+            return ErrorCode.INVALID_REQUEST, "the operations are SET (0), DELETE (1), APPEND (2) and SUBTRACT (3)"
+        valueless = next((op for op in ops if op["op"] != 1 and op.get("value") is None), None)
+        if valueless is not None:
+            return ErrorCode.INVALID_REQUEST, f"{_OPS[valueless['op']]} needs a value"
+        listless = next((op for op in ops if op["op"] in (2, 3) and op["name"] not in LIST_CONFIGS), None)
+        if listless is not None:
+            return (ErrorCode.INVALID_CONFIG,
+                    f"Can't {_OPS[listless['op']]} to key {listless['name']} because its type is not LIST.")
         if len({op["name"] for op in ops}) != len(ops):
             return ErrorCode.INVALID_REQUEST, "a config is named more than once"
         if rtype == ResourceType.TOPIC:
             t = self.topics.topics.get(name)
             if t is None:
                 return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist"
-            new = _applied(t.configs, ops)
+            new = _applied(t.configs, ops, topic_default)
             err = topic_config_error({k: v for k, v in new.items() if k not in t.configs or t.configs[k] != v})
             if err is not None:
                 return ErrorCode.INVALID_CONFIG, err
@@ -922,9 +928,8 @@ class ControllerState:
             if bid != CLUSTER_DEFAULT and bid < 0:
                 return ErrorCode.INVALID_REQUEST, f"broker resource name {name!r}: expected a broker id or \"\""
             old = self.broker_configs.get(bid, {})
-            new = _applied(old, ops)
-            err = broker_config_error({op["name"]: op.get("value") or "" if op["op"] == 0 else None for op in ops},
-                                      topic_config_error)
+            new = _applied(old, ops, lambda k: DEFAULTS.get(k, ""))
+            err = broker_config_error({op["name"]: new.get(op["name"]) for op in ops}, topic_config_error)
             if err is not None:
                 return ErrorCode.INVALID_CONFIG if "Invalid value" in err else ErrorCode.INVALID_REQUEST, err
             if not validate_only and new != old:
@@ -984,14 +989,30 @@ class ControllerState:
         return self._plan_replicas(want - have, rf, None)
 
 
-def _applied(configs: Mapping[str, str], ops: Sequence[dict[str, Any]]) -> dict[str, str]:
-    """`configs` after IncrementalAlterConfigs SET (0) / DELETE (1) operations."""
+_OPS = {0: "SET", 1: "DELETE", 2: "APPEND", 3: "SUBTRACT"}
+
+
+def _applied(configs: Mapping[str, str], ops: Sequence[dict[str, Any]],
+             default: Callable[[str], str]) -> dict[str, str]:
+    """`configs` after IncrementalAlterConfigs SET (0) / DELETE (1) / APPEND (2) / SUBTRACT (3) operations.
+    APPEND adds each of its comma-separated values the list does not hold yet, SUBTRACT takes each out
+    once, both starting from the override or, without one, `default(name)` (Kafka's
+    ConfigurationControlManager, LIST configs only: the caller checked)."""
     out = dict(configs)
     for op in ops:
-        if op["op"] == 0:
-            out[op["name"]] = str(op["value"]).strip()
+        name, kind = op["name"], op["op"]
+        if kind == 0:
+            out[name] = str(op["value"]).strip()
+        elif kind == 1:
+            out.pop(name, None)
         else:
-            out.pop(op["name"], None)
+            parts = [p for p in out.get(name, default(name)).split(",") if p]
+            for v in str(op["value"]).split(","):
+                if kind == 2 and v not in parts:
+                    parts.append(v)
+                elif kind == 3 and v in parts:
+                    parts.remove(v)
+            out[name] = ",".join(parts)
     return out
 
 

@@ -132,3 +132,39 @@ def test_replay_rebuilds_dynamic_configs_and_grown_topics():
     assert fresh.broker_configs == h.state.broker_configs == {
         CLUSTER_DEFAULT: {"min.insync.replicas": "2"}, 2: {"unclean.leader.election.enable": "true"}}
     assert fresh.topics.topics["t"].num_partitions == 2 and sorted(fresh.topics.partitions["t"]) == [0, 1]
+
+
+def _ops(h, rtype, name, *ops):
+    configs = [dict(zip(("op", "name", "value"), o, strict=False)) for o in ops]     # (op, name[, value])
+    out = h.state.incremental_alter_configs(h.now, [{"resource_type": int(rtype), "resource_name": name,
+                                                     "configs": configs}])
+    h.log.append(out)
+    return out.response["results"][0]
+
+
+def test_append_and_subtract_edit_a_list_config_as_kafka_does():
+    """Kafka's ConfigurationControlManager: APPEND (2) adds each comma-separated value the list lacks,
+    SUBTRACT (3) takes each out, starting from the override or the default; only LIST configs take
+    them, and the result is checked as a SET of it would be (RQ1: the throttled-replicas lists)."""
+    h = Harness()
+    h.start(1, 2, 3)
+    h.create("t", [[1, 2, 3]])
+    key = "leader.replication.throttled.replicas"
+    assert _ops(h, ResourceType.TOPIC, "t", (2, key, "0:1,0:2"))["error"] == 0
+    assert h.state.topics.topics["t"].configs[key] == "0:1,0:2"
+    assert _ops(h, ResourceType.TOPIC, "t", (2, key, "0:2,0:3"))["error"] == 0
+    assert h.state.topics.topics["t"].configs[key] == "0:1,0:2,0:3"
+    assert _ops(h, ResourceType.TOPIC, "t", (3, key, "0:1,0:9"))["error"] == 0
+    assert h.state.topics.topics["t"].configs[key] == "0:2,0:3"
+    refused = _ops(h, ResourceType.TOPIC, "t", (2, key, "bad"))
+    assert refused["error"] == ErrorCode.INVALID_CONFIG and "must be the literal '*'" in refused["message"]
+    assert h.state.topics.topics["t"].configs[key] == "0:2,0:3"
+    listless = _ops(h, ResourceType.TOPIC, "t", (2, "min.insync.replicas", "2"))
+    assert (listless["error"], listless["message"]) == (
+        ErrorCode.INVALID_CONFIG, "Can't APPEND to key min.insync.replicas because its type is not LIST.")
+    rate = _ops(h, ResourceType.BROKER, "1", (3, "leader.replication.throttled.rate", "5"))
+    assert rate["message"] == "Can't SUBTRACT to key leader.replication.throttled.rate because its type is not LIST."
+    # A default holds the starting list: cleanup.policy is "delete", so appending it again changes nothing.
+    assert _ops(h, ResourceType.TOPIC, "t", (2, "cleanup.policy", "delete"))["error"] == 0
+    assert h.state.topics.topics["t"].configs["cleanup.policy"] == "delete"
+    assert _ops(h, ResourceType.TOPIC, "t", (2, key))["error"] == ErrorCode.INVALID_REQUEST

@@ -99,6 +99,19 @@ def test_admin_client_creates_and_describes_topics_and_configs(shared_cluster):
     admin.incremental_alter_configs([change])[change].result(timeout=30)
     configs = admin.describe_configs([res])[res].result(timeout=30)
     assert configs["retention.ms"].value == "3600000"
+    # A LIST config takes APPEND and SUBTRACT (the replication throttles' replica lists, KIP-73).
+    key = "leader.replication.throttled.replicas"
+    for op, value in ((AlterConfigOpType.APPEND, "0:1,1:2"), (AlterConfigOpType.APPEND, "1:2,2:3"),
+                      (AlterConfigOpType.SUBTRACT, "0:1")):
+        change = ConfigResource(ConfigResource.Type.TOPIC, "cf-admin", incremental_configs=[
+            ConfigEntry(key, value, incremental_operation=op)])
+        admin.incremental_alter_configs([change])[change].result(timeout=30)
+    assert admin.describe_configs([res])[res].result(timeout=30)[key].value == "1:2,2:3"
+    change = ConfigResource(ConfigResource.Type.TOPIC, "cf-admin", incremental_configs=[
+        ConfigEntry("retention.ms", "1", incremental_operation=AlterConfigOpType.APPEND)])
+    with pytest.raises(confluent_kafka.KafkaException) as refused:
+        admin.incremental_alter_configs([change])[change].result(timeout=30)
+    assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG
     admin.delete_topics(["cf-admin"], operation_timeout=30)["cf-admin"].result(timeout=60)
     assert "cf-admin" not in admin.list_topics(timeout=30).topics
 

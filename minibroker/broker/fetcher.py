@@ -190,10 +190,10 @@ class ReplicaFetcher:
         self._task: asyncio.Task | None = None     # Invariant: the running fetch loop, None once stopped
         self._transport_error = ""
         self._session = FollowerSession()
-        # Invariant: `_built[k]` is the Fetch entry last built for state `st` of partition k, with the LEO and
-        # log start it was built at; it is reused while those hold and k is not in `_dirty` (answered or
-        # truncated since), so an idle follower does not rebuild 1,000 positions per Fetch.
-        self._built: dict[PartitionKey, tuple[FetchState, int, int, dict[str, Any]]] = {}
+        # Invariant: `_built[k]` is the Fetch entry last built for state `st` of partition k, with the LEO, log
+        # start and epoch-cache version it was built at; it is reused while those hold and k is not in `_dirty`
+        # (answered or truncated since), so an idle follower does not rebuild 1,000 positions per Fetch.
+        self._built: dict[PartitionKey, tuple[FetchState, int, int, int, dict[str, Any]]] = {}
         self._dirty: set[PartitionKey] = set()
         # Invariant: the last build; while its ready states and change count hold and nothing is dirty,
         # the next build gives the same entries.
@@ -464,7 +464,11 @@ class ReplicaFetcher:
         entries: list[tuple[str, dict[str, Any]]] = []
         for st in ready:
             entries.append(self._entry(st))
-        dirty.clear()
+        if len(ready) == len(self._states):
+            dirty.clear()
+        else:                   # a partition left out (backing off, throttled) keeps its mark for when it is back
+            for st in ready:
+                dirty.discard(st.partition.key)
         sent = {st.partition.key: st for st in ready}
         self._last_build = _Build(ready, changes, entries, sent, {key: i for i, key in enumerate(sent)})
         return (*self._body(entries, False), sent)
@@ -485,7 +489,11 @@ class ReplicaFetcher:
             if e[1] is not entries[i][1]:
                 entries[i] = e
                 changed.append(e)
-        self._dirty.clear()
+        if len(ready) == len(self._states):
+            self._dirty.clear()
+        else:
+            for st in ready:
+                self._dirty.discard(st.partition.key)
         last.changes = changes
         return (*self._body(entries, changed), last.sent)
 
@@ -494,16 +502,17 @@ class ReplicaFetcher:
         part = st.partition
         key = part.key
         cached = self._built.get(key)
+        log = part.log
         if cached is not None and cached[0] is st and key not in self._dirty:
-            log = part.log
-            if cached[1] == log.log_end_offset and cached[2] == log.log_start_offset:
-                return part.topic, cached[3]
+            if (cached[1] == log.log_end_offset and cached[2] == log.log_start_offset
+                    and cached[3] == log.epoch_cache.version):
+                return part.topic, cached[4]
         view = st.view()
         pos = st.core.next_position(view)
         entry = {"partition": part.index, "fetch_offset": pos.fetch_offset,
                  "current_leader_epoch": pos.current_leader_epoch, "last_fetched_epoch": pos.last_fetched_epoch,
                  "log_start_offset": pos.log_start_offset, "partition_max_bytes": self.settings.partition_max_bytes}
-        self._built[key] = (st, view.leo, view.log_start_offset, entry)
+        self._built[key] = (st, view.leo, view.log_start_offset, log.epoch_cache.version, entry)
         return part.topic, entry
 
     def _body(self, entries: list[tuple[str, dict[str, Any]]],

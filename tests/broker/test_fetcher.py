@@ -590,3 +590,47 @@ async def test_an_answer_that_arrives_after_stop_is_not_carried_out(tmp_path, ev
     await until(lambda: not conn._tasks)             # the answer was delivered
     await fm.shutdown()
     assert part.leo == 0 and len(conn.fetches()) == 1
+
+
+async def test_a_partition_left_out_after_a_truncation_that_kept_its_leo_rejoins_with_its_new_last_epoch(
+        tmp_path, events):
+    """Sim seed 99007: the truncation drops only an epoch led here without appends (8 at our LEO 2), so
+    the LEO and log start stay; the next Fetches leave the partition out (throttled, RQ5). When it is
+    back, its entry names the epoch it now ends with (3), not the dropped one: with 8 the leader answers
+    the same divergence for ever."""
+    parts = followers(tmp_path, 2)
+    lg = parts[1].log
+    for _ in range(2):
+        lg.append_as_leader(build_batch([b"v"], timestamp_ms=1), 3)
+    lg.epoch_cache.assign(8, 2)
+    diverged = []
+
+    def answer(api: int, body: dict) -> dict:
+        out = []
+        for t in body["topics"]:
+            for p in t["partitions"]:
+                e = answer_partition(partition=p["partition"], high_watermark=10)["topics"][0]["partitions"][0]
+                if p["partition"] == 1 and not diverged:
+                    diverged.append(p["last_fetched_epoch"])
+                    e["diverging_epoch"] = {"epoch": 3, "end_offset": 2}
+                    fm.quota.set_throttled({"t": "1:2"}, 2)     # from now on partition 1 is held back
+                out.append(e)
+        return {"error": 0, "topics": [{"topic": "t", "partitions": out}] if out else []}
+
+    conn = ScriptedLeader(answer)
+    fm = manager(conn, Hooks(), events)
+    fm.quota.bound = 0
+    fm.quota.record(1000, 0)
+    for p in parts:
+        fm.add(p, 1, 5)
+    await until(lambda: diverged and lg.epoch_cache.entries == [(3, 0)])
+    n = len(conn.fetches())
+    await until(lambda: len(conn.fetches()) > n + 2)
+    assert all(1 not in named(b) for b in conn.fetches()[n + 1:]), "the throttled partition is left out"
+    fm.quota.set_throttled({}, 2)
+    fm.wake_all()
+    m = len(conn.fetches())
+    back = await until(lambda: next((p for b in conn.fetches()[m:] for t in b["topics"] for p in t["partitions"]
+                                     if t["topic"] == "t" and p["partition"] == 1), None))
+    assert diverged == [8] and (back["fetch_offset"], back["last_fetched_epoch"]) == (2, 3)
+    await fm.shutdown()

@@ -24,16 +24,17 @@ def _parse_seeds(spec: str) -> range:
     return range(a, b + 1)
 
 
-def _settings(duration: float, power_loss: bool, workload: str = "idempotent", reassign: bool = False) -> Any:
+def _settings(duration: float, power_loss: bool, workload: str = "idempotent", reassign: bool = False,
+              throttle: bool = False) -> Any:
     from minibroker.sim.world import SimSettings
     return SimSettings(duration_s=duration, power_loss=power_loss, workload=workload,  # type: ignore[arg-type]
-                       reassign=reassign)
+                       reassign=reassign or throttle, throttle=throttle)
 
 
-def _one(args: tuple[int, float, bool, str, bool]) -> tuple[int, list[str], str, float]:
+def _one(args: tuple[int, float, bool, str, bool, bool]) -> tuple[int, list[str], str, float]:
     from minibroker.sim.world import run_seed
-    seed, duration, power_loss, workload, reassign = args
-    r = run_seed(seed, settings=_settings(duration, power_loss, workload, reassign))
+    seed, duration, power_loss, workload, reassign, throttle = args
+    r = run_seed(seed, settings=_settings(duration, power_loss, workload, reassign, throttle))
     return seed, r.violations, r.digest, r.sim_seconds
 
 
@@ -61,13 +62,15 @@ def shrunk_plan(seed: int, settings: Any, violations: list[str]) -> Any:
                    "(retries=0, no idempotence, 5 requests in flight, 10x the rate).")
 @click.option("--reassign", is_flag=True, help="Let the nemesis also reassign partitions (KIP-455): a broker "
                                                "leaves a replica set, or comes back to it; some moves cancelled.")
+@click.option("--throttle", is_flag=True, help="--reassign with every move throttled (KIP-73) to 3-30 B/s, "
+                                               "the throttles cleared when the nemesis heals the cluster.")
 def sim(seed: int | None, seeds_spec: str | None, duration: float, power_loss: bool, jobs: int,
-        do_shrink: bool | None, workload: str, reassign: bool) -> None:
+        do_shrink: bool | None, workload: str, reassign: bool, throttle: bool) -> None:
     """Deterministic simulation of a whole cluster (controller, 3 brokers, producer, consumer) under a
     seeded nemesis, on virtual time: same seed, same trace, same digest."""
     if (seed is None) == (seeds_spec is None):
         raise click.UsageError("give exactly one of --seed N or --seeds A-B")
-    settings = _settings(duration, power_loss, workload, reassign)
+    settings = _settings(duration, power_loss, workload, reassign, throttle)
     if seed is not None:
         from minibroker.sim.world import run_seed
         r = run_seed(seed, settings=settings)
@@ -86,7 +89,7 @@ def sim(seed: int | None, seeds_spec: str | None, duration: float, power_loss: b
     t0 = time.monotonic()
     total_violations = failing = 0
     sim_s = 0.0
-    work = [(s, duration, power_loss, workload, reassign) for s in seeds]
+    work = [(s, duration, power_loss, workload, reassign, throttle) for s in seeds]
     results: Iterator[tuple[int, list[str], str, float]]
     if jobs > 1:
         import multiprocessing

@@ -46,7 +46,9 @@ from minibroker.controller.server import ControllerServer
 from minibroker.controller.settings import ControllerSettings
 from minibroker.controller.state import ControllerState
 from minibroker.errors import KafkaError
+from minibroker.dynamic_config import ResourceType
 from minibroker.records import iter_records
+from minibroker.replication.throttle import FOLLOWER_RATE, FOLLOWER_REPLICAS, LEADER_RATE, LEADER_REPLICAS
 from minibroker.sim.faults import Fault, Plan
 from minibroker.sim.invariants import Invariants, unconverged
 from minibroker.sim.loop import SimLoop, SimProcess
@@ -81,6 +83,7 @@ class SimSettings:
     power_loss: bool = False
     workload: Literal["idempotent", "verifiable"] = "idempotent"
     reassign: bool = False          # the nemesis also reassigns partitions (faults.py)
+    throttle: bool = False          # with reassign: each move is throttled (KIP-73), the throttles cleared at heal
 
     @property
     def liveness_window_s(self) -> float:
@@ -188,7 +191,9 @@ class World:
                        "replica.socket.timeout.ms": str(s.session_timeout_ms + 1000),
                        "replica.high.watermark.checkpoint.interval.ms": "500",
                        "minibroker.controlled.shutdown.timeout.ms": "5000",
-                       "replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector"})
+                       "replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector",
+                       # throttled runs copy a log in many small Fetches, so the quota has something to hold back
+                       **({"replica.fetch.max.bytes": "512"} if s.throttle else {})})
 
     @property
     def bootstrap(self) -> str:
@@ -391,13 +396,15 @@ class World:
                 self.inv.on_read(self.loop.time(), r.partition, r.offset, (r.value or b"").decode())
 
     # -- the nemesis -----------------------------------------------------------
-    async def admin_call(self, what: str, fn: Callable[[Admin], Any]) -> None:
+    async def admin_call(self, what: str, fn: Callable[[Admin], Any]) -> bool:
         adm = Admin(self.bootstrap, {"request.timeout.ms": "3000", "default.api.timeout.ms": "5000"})
         try:
             await asyncio.wait_for(fn(adm), 6)
             self.note(f"{what}: ok")
+            return True
         except (KafkaError, TimeoutError) as exc:
             self.note(f"{what}: {type(exc).__name__} {exc}")
+            return False
         finally:
             await adm.close()
 
@@ -475,11 +482,33 @@ class World:
         else:
             target = [b for b in self.broker_ids if b not in current] + current
         tp = TopicPartition(TOPIC, part)
+        if self.s.throttle:
+            await self.set_throttles(int(f.hold * 10))
         await self.admin_call(f"reassign {tp} to {target}", lambda a: a.alter_partition_reassignments({tp: target}))
         if f.hold < 1.0:
             await asyncio.sleep(f.hold)
             await self.admin_call(f"cancel the reassignment of {tp}",
                                   lambda a: a.alter_partition_reassignments({tp: None}))
+
+    async def set_throttles(self, rate: int) -> None:
+        """KIP-73 on every replica of the topic (`*`, both sides) at `rate` B/s, the cluster default."""
+        async def throttle(a: Admin) -> None:
+            await a.incremental_alter_configs((ResourceType.TOPIC, TOPIC), {LEADER_REPLICAS: "*",
+                                                                             FOLLOWER_REPLICAS: "*"})
+            await a.incremental_alter_configs((ResourceType.BROKER, ""), {LEADER_RATE: str(rate),
+                                                                          FOLLOWER_RATE: str(rate)})
+        await self.admin_call(f"throttle replication to {rate} B/s", throttle)
+
+    async def clear_throttles(self) -> None:
+        """At heal, as `reassign-partitions --verify` does once the moves are done: the throttles go, so a
+        replica the throttle kept behind can catch up (retried while the restarted cluster settles)."""
+        async def clear(a: Admin) -> None:
+            await a.incremental_alter_configs((ResourceType.TOPIC, TOPIC), {}, [LEADER_REPLICAS, FOLLOWER_REPLICAS])
+            await a.incremental_alter_configs((ResourceType.BROKER, ""), {}, [LEADER_RATE, FOLLOWER_RATE])
+        for _ in range(20):
+            if await self.admin_call("clear the throttles", clear):
+                return
+            await asyncio.sleep(0.5)
 
     async def quiet_move(self, f: Fault) -> None:
         """A leadership move in which nothing is written: stop producing, kill the leader of one
@@ -566,6 +595,8 @@ class World:
         await self.nemesis()
         self.heal_everything()
         self.stopping = True           # the producer stops: the cluster goes idle
+        if s.throttle:
+            await self.clear_throttles()
         t0 = self.loop.time()
         ok = await self.until(lambda: not self.unconverged(), s.liveness_window_s)
         if not ok:

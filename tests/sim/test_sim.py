@@ -306,3 +306,37 @@ def test_seeds_that_also_reassign_partitions_pass_and_the_moves_happen():
 
 def _reassigning_violations(seed: int) -> tuple[int, list[str]]:
     return seed, run_seed(seed, settings=REASSIGNING).violations
+
+
+THROTTLED = SimSettings(duration_s=30.0, reassign=True, throttle=True)
+
+
+@pytest.mark.timeout(900)
+def test_seeds_whose_moves_are_throttled_pass_and_a_held_move_completes_once_the_throttles_go():
+    """KIP-73 under the other faults: every move throttled to a few bytes a second (below what the
+    in-sync followers alone replicate), so a new replica's copy waits for the quota; in-sync replicas
+    are never held back, nothing acknowledged is lost, and once the throttles are cleared at heal the
+    held moves complete and every run converges."""
+    with multiprocessing.get_context("fork").Pool(2, maxtasksperchild=5) as pool:
+        failed = [(s, v) for s, v in pool.imap(_throttled_violations, range(1, 9)) if v]
+    assert not failed, failed[:5]
+    r = run_seed(5, settings=THROTTLED)
+    cleared = next(i for i, line in enumerate(r.trace) if "clear the throttles: ok" in line)
+    assert any(" throttle replication to " in line for line in r.trace[:cleared])
+    assert any("reassignment completed" in line for line in r.trace[cleared:]), "a move the throttle held back"
+
+
+def test_the_seed_that_found_a_stale_fetch_position_after_a_held_back_truncation_passes():
+    """Seed 99007 with throttles: a follower's truncation dropped an epoch led without appends (its LEO
+    unchanged), and the next Fetch left the partition out (throttled); the fetcher's cached Fetch entry,
+    kept while the LEO and log start held, lost its mark of the change to that Fetch and went on naming
+    the dropped epoch, so the leader answered the same divergence for ever (follower_stuck
+    same_divergence) and the replica never rejoined the ISR. The entry now also holds the epoch cache's
+    version, and a partition left out of a Fetch keeps its mark."""
+    r = run_seed(99007, settings=SimSettings(reassign=True, throttle=True))
+    assert r.ok, r.violations
+    assert not any("same_divergence" in line for line in r.trace)
+
+
+def _throttled_violations(seed: int) -> tuple[int, list[str]]:
+    return seed, run_seed(seed, settings=THROTTLED).violations

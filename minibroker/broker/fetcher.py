@@ -6,7 +6,9 @@ between the wire, each followed partition's `PartitionFollower` core
 no-progress back-off) and its `Partition` (the log): it builds each Fetch
 from the cores' positions, hands each partition's answer to its core, and
 carries out the actions (append verbatim, HW update, truncate, ListOffsets
-to the leader after OFFSET_OUT_OF_RANGE).
+to the leader after OFFSET_OUT_OF_RANGE); it leaves out of each Fetch the
+partitions the follower quota holds back (RQ5, the rule in
+minibroker.replication.throttle) and counts the bytes of the throttled ones.
 
 Must not know: any replication rule (the core decides), leader-side rules,
 purgatory, metadata handling. The
@@ -46,7 +48,7 @@ from minibroker.protocol.api import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ApiKey
 from minibroker.replication.follower_core import (Action, Append, FetchAnswer, ListLeaderOffset, LogView,
                                                   PartitionFollower, Truncate, TruncateFullyAndStartAt,
                                                   UpdateHighWatermark)
-from minibroker.replication.throttle import ReplicationQuota
+from minibroker.replication.throttle import UNLIMITED, ReplicationQuota
 from minibroker.storage import UnexpectedAppendOffset
 
 log = logging.getLogger("minibroker.broker.fetcher")
@@ -412,7 +414,7 @@ class ReplicaFetcher:
         throttled = self._throttled
         throttled.clear()
         quota = self.quota
-        if quota.active:
+        if quota.active and quota.bound < UNLIMITED and quota.is_exceeded(now):    # else none waits
             for st in ready:
                 part = st.partition
                 if quota.maybe_throttle(part.topic, part.index, st.in_sync, now):

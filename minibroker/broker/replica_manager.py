@@ -5,16 +5,18 @@ Produce / Fetch / ListOffsets / DeleteRecords handling, delayed produces,
 parked fetches (purgatory) and DeleteRecords waiting for the low watermark,
 the follower fetchers, the periodic ISR check, HW checkpoints, the flush,
 retention and producer-expiration timers, the delayed unlink of retired
-segments (D10), and carrying the leader cores' ISR proposals to the controller and
-their answers back (I5/I6).
+segments (D10), carrying the leader cores' ISR proposals to the controller and
+their answers back (I5/I6), and this broker's two replication quotas (RQ1-RQ5:
+their bounds and throttled partitions from the metadata's configs).
 
 Must not know: how metadata arrives (the control path calls `on_metadata`),
 how AlterPartition travels (`AlterPartitionManager.submit`), or any
 replication rule: those live in minibroker.replication (PartitionLeader for
 every leader-side decision, PartitionFollower for the follower's, driven by
-the fetchers, and read_replica for ISR eligibility and the rack-aware read
-replica). The request-level checks that stay here are Kafka
-ReplicaManager's own (acks validity, hosted or not, the appendToLocalLog /
+the fetchers, read_replica for ISR eligibility and the rack-aware read
+replica, throttle for whether a replica's replication waits for its
+quota). The request-level checks that stay here are Kafka ReplicaManager's
+own (acks validity, hosted or not, the appendToLocalLog /
 delayedProduceRequestRequired seams). This module only carries events in
 (appends, follower fetches, timer ticks, controller answers) and decisions
 out (complete waiters, wake parked fetches, send proposals), always after

@@ -33,7 +33,6 @@ from minibroker.replication.throttle import (FOLLOWER_RATE, FOLLOWER_REPLICAS, L
 # minibroker has no log-dir moves (one log directory a broker), so neither that option nor that config.
 BROKER_THROTTLES = (LEADER_RATE, FOLLOWER_RATE)
 TOPIC_THROTTLES = (LEADER_REPLICAS, FOLLOWER_REPLICAS)
-MAX_LONG = UNLIMITED
 
 CANNOT_EXECUTE = ("Cannot execute because there is an existing partition assignment.  Use --additional to override "
                   "this and create a new partition assignment in addition to the existing one. The --additional "
@@ -239,8 +238,8 @@ def reassign_partitions(bootstrap_server: str | None, reassignment_json_file: st
         raise click.UsageError(f'Option "[throttle]" can\'t be used with action "[{action}]"')
     if preserve_throttles and not (verify or cancel):
         raise click.UsageError(f'Option "[preserve-throttles]" can\'t be used with action "[{action}]"')
-    if throttle > MAX_LONG:
-        raise click.BadParameter(f"{throttle} is not a long (at most {MAX_LONG})", param_hint="--throttle")
+    if throttle > UNLIMITED:
+        raise click.BadParameter(f"{throttle} is not a long (at most {UNLIMITED})", param_hint="--throttle")
     if generate and not (topics_to_move_json_file and broker_list):
         fail("Missing required argument \"[topics-to-move-json-file]\" or \"[broker-list]\"")
     if not (list_ or generate) and not reassignment_json_file:
